@@ -1,0 +1,106 @@
+#include "backends/cpu/cpu_accelerator.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "runtime/host_cpu.h"
+#include "runtime/registry.h"
+
+namespace kiln::backends::cpu {
+
+// Alignment of every allocation: a cache line, enough for AVX-512 loads.
+static constexpr size_t k_alignment = 64;
+
+static unsigned default_helper_threads() {
+  if (const char* env = std::getenv("KILN_CPU_THREADS"); env && *env) {
+    int n = std::atoi(env);
+    if (n >= 1) return static_cast<unsigned>(n - 1);
+  }
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw > 1 ? hw - 1 : 0;
+}
+
+CpuAccelerator::CpuAccelerator(CpuOptions options)
+    : m_pool(std::make_unique<WorkerPool>(options.helper_threads >= 0 ? static_cast<unsigned>(options.helper_threads)
+                                                                      : default_helper_threads())) {}
+
+CpuAccelerator::~CpuAccelerator() = default;
+
+std::string CpuAccelerator::device_name(int) const {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto pos = line.find(':');
+      if (pos != std::string::npos) return line.substr(pos + 2);
+    }
+  }
+  return "host CPU";
+}
+
+std::string CpuAccelerator::native_target() const { return "cpu:" + runtime::x86_level_name(runtime::host_x86_level()); }
+
+Status CpuAccelerator::can_load(std::string_view kind, std::string_view target) const {
+  if (kind != "host-so") return unavailable("the cpu accelerator loads host-so artifacts, not " + std::string(kind));
+  if (target.substr(0, 4) != "cpu:") return unavailable("artifact target " + std::string(target) + " is not a cpu target");
+  auto level = runtime::parse_x86_level(target.substr(4));
+  if (!level) return invalid_argument("unknown cpu level in target " + std::string(target));
+  int host = runtime::host_x86_level();
+  if (*level > host)
+    return unavailable("artifact built for " + std::string(target.substr(4)) + ", but this CPU supports only " +
+                       runtime::x86_level_name(host));
+  return {};
+}
+
+Result<void*> CpuAccelerator::allocate(size_t bytes) {
+  size_t rounded = (std::max<size_t>(bytes, 1) + k_alignment - 1) / k_alignment * k_alignment;
+  void* p = std::aligned_alloc(k_alignment, rounded);
+  if (!p) return unavailable("cpu: cannot allocate " + std::to_string(bytes) + " bytes");
+  return p;
+}
+
+void CpuAccelerator::deallocate(void* ptr) { std::free(ptr); }
+
+Status CpuAccelerator::copy(void* dst, const void* src, size_t bytes) {
+  std::memmove(dst, src, bytes);
+  return {};
+}
+
+runtime::Stream& CpuAccelerator::default_stream() {
+  std::call_once(m_default_once, [&] { m_default_stream = std::make_unique<CpuStream>(*m_pool); });
+  return *m_default_stream;
+}
+
+Result<std::unique_ptr<runtime::Stream>> CpuAccelerator::create_stream() {
+  return std::unique_ptr<runtime::Stream>(std::make_unique<CpuStream>(*m_pool));
+}
+
+Result<std::unique_ptr<runtime::Event>> CpuAccelerator::create_event() {
+  return std::unique_ptr<runtime::Event>(std::make_unique<CpuEvent>());
+}
+
+Result<std::shared_ptr<runtime::Module>> CpuAccelerator::load_module(const runtime::ModuleImage& image) {
+  KILN_RETURN_IF_ERROR(can_load(image.kind, image.target));
+  auto m = CpuModule::load(image);
+  if (!m.ok()) return m.status();
+  return std::shared_ptr<runtime::Module>(std::move(m).value());
+}
+
+namespace {
+// Registration only remembers the factory; nothing is created until asked for.
+const bool k_registered = [] {
+  Status st = runtime::register_backend({
+      .name = "cpu",
+      .priority = 0,
+      .is_available = [] { return true; },
+      .create = []() -> Result<std::unique_ptr<runtime::Accelerator>> {
+        return std::unique_ptr<runtime::Accelerator>(std::make_unique<CpuAccelerator>());
+      },
+  });
+  return st.ok();
+}();
+}  // namespace
+
+}  // namespace kiln::backends::cpu

@@ -1,0 +1,49 @@
+// The CPU as an accelerator: one device (the host), host memory, streams served by their
+// own threads over one shared worker pool. Registered as "cpu" with the lowest priority,
+// so any GPU backend that is available wins auto-detection.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "backends/cpu/cpu_module.h"
+#include "backends/cpu/cpu_stream.h"
+#include "backends/cpu/worker_pool.h"
+#include "runtime/accelerator.h"
+
+namespace kiln::backends::cpu {
+
+struct CpuOptions {
+  // Helper threads of the worker pool; the stream's own thread works too.
+  // Default: KILN_CPU_THREADS, else one fewer than the hardware threads.
+  int helper_threads = -1;
+};
+
+class CpuAccelerator final : public runtime::Accelerator {
+ public:
+  explicit CpuAccelerator(CpuOptions options = {});
+  ~CpuAccelerator() override;
+
+  std::string_view name() const override { return "cpu"; }
+  int device_count() const override { return 1; }
+  std::string device_name(int device) const override;
+  std::string native_target() const override;
+  Status can_load(std::string_view kind, std::string_view target) const override;
+
+  Result<void*> allocate(size_t bytes) override;
+  void deallocate(void* ptr) override;
+  Status copy(void* dst, const void* src, size_t bytes) override;
+
+  runtime::Stream& default_stream() override;
+  Result<std::unique_ptr<runtime::Stream>> create_stream() override;
+  Result<std::unique_ptr<runtime::Event>> create_event() override;
+
+  Result<std::shared_ptr<runtime::Module>> load_module(const runtime::ModuleImage& image) override;
+
+ private:
+  std::unique_ptr<WorkerPool> m_pool;
+  std::once_flag m_default_once;
+  std::unique_ptr<CpuStream> m_default_stream;
+};
+
+}  // namespace kiln::backends::cpu

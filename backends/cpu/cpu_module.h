@@ -1,0 +1,40 @@
+// A host shared object loaded from bytes: written to a memfd and opened with dlopen, so a
+// cached artifact never needs a file of its own on disk. Maps to CUmodule.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backends/cpu/cpu_stream.h"
+#include "runtime/accelerator.h"
+
+namespace kiln::backends::cpu {
+
+class CpuKernel final : public runtime::Kernel {
+ public:
+  CpuKernel(runtime::KernelSignature sig, kiln_cpu_entry_fn entry) : m_sig(std::move(sig)), m_entry(entry) {}
+  const runtime::KernelSignature& signature() const override { return m_sig; }
+  Status launch(runtime::Stream& stream, runtime::Dim3 grid, runtime::Dim3 block, const void* const* args,
+                size_t num_args) override;
+
+ private:
+  runtime::KernelSignature m_sig;
+  kiln_cpu_entry_fn m_entry;
+};
+
+class CpuModule final : public runtime::Module {
+ public:
+  static Result<std::shared_ptr<CpuModule>> load(const runtime::ModuleImage& image);
+  ~CpuModule() override;
+  Result<runtime::Kernel*> kernel(std::string_view name) override;
+
+ private:
+  CpuModule() = default;
+  void* m_handle = nullptr;
+  int m_fd = -1;
+  std::string m_label;
+  std::map<std::string, std::unique_ptr<CpuKernel>, std::less<>> m_kernels;
+};
+
+}  // namespace kiln::backends::cpu

@@ -1,0 +1,205 @@
+#include "backends/cpu/cpu_stream.h"
+
+#include <cstring>
+
+namespace kiln::backends::cpu {
+
+// ---- events
+
+bool CpuEvent::query() {
+  std::lock_guard lock(m_mutex);
+  return m_completed >= m_recorded;
+}
+
+Status CpuEvent::synchronize() {
+  std::unique_lock lock(m_mutex);
+  uint64_t target = m_recorded;
+  m_cv.wait(lock, [&] { return m_completed >= target; });
+  return {};
+}
+
+uint64_t CpuEvent::begin_record() {
+  std::lock_guard lock(m_mutex);
+  return ++m_recorded;
+}
+
+uint64_t CpuEvent::last_recorded() {
+  std::lock_guard lock(m_mutex);
+  return m_recorded;
+}
+
+void CpuEvent::complete(uint64_t ticket) {
+  {
+    std::lock_guard lock(m_mutex);
+    if (ticket > m_completed) m_completed = ticket;
+  }
+  m_cv.notify_all();
+}
+
+void CpuEvent::wait_for(uint64_t ticket) {
+  std::unique_lock lock(m_mutex);
+  m_cv.wait(lock, [&] { return m_completed >= ticket; });
+}
+
+// ---- streams
+
+CpuStream::CpuStream(WorkerPool& pool) : m_pool(pool) {}
+
+CpuStream::~CpuStream() {
+  {
+    std::lock_guard lock(m_mutex);
+    m_stop = true;
+  }
+  m_not_empty.notify_all();
+  if (m_thread.joinable()) m_thread.join();
+}
+
+CpuStream::Command& CpuStream::reserve(std::unique_lock<std::mutex>& lock) {
+  if (!m_thread.joinable()) m_thread = std::thread([this] { serve(); });
+  m_not_full.wait(lock, [&] { return m_tail - m_head < k_ring_size; });
+  return m_ring[m_tail % k_ring_size];
+}
+
+void CpuStream::publish(std::unique_lock<std::mutex>& lock) {
+  ++m_tail;
+  lock.unlock();
+  m_not_empty.notify_one();
+}
+
+void CpuStream::serve() {
+  std::unique_lock lock(m_mutex);
+  for (;;) {
+    m_not_empty.wait(lock, [&] { return m_stop || m_head != m_tail; });
+    if (m_head == m_tail) return;  // stopping with nothing queued
+    Command& c = m_ring[m_head % k_ring_size];
+    lock.unlock();
+    execute(c);  // the slot stays reserved until m_head moves
+    lock.lock();
+    ++m_head;
+    ++m_completed;
+    m_not_full.notify_one();
+    m_drained.notify_all();
+  }
+}
+
+namespace {
+struct LaunchContext {
+  kiln_cpu_entry_fn entry;
+  runtime::Dim3 grid, block;
+  void* const* params;
+};
+
+void run_block(void* context, uint64_t index) {
+  auto* ctx = static_cast<LaunchContext*>(context);
+  kiln_cpu_block b;
+  b.grid_dim = {ctx->grid.x, ctx->grid.y, ctx->grid.z};
+  b.block_dim = {ctx->block.x, ctx->block.y, ctx->block.z};
+  b.block_idx.x = static_cast<uint32_t>(index % ctx->grid.x);
+  b.block_idx.y = static_cast<uint32_t>(index / ctx->grid.x % ctx->grid.y);
+  b.block_idx.z = static_cast<uint32_t>(index / (uint64_t{ctx->grid.x} * ctx->grid.y));
+  ctx->entry(&b, ctx->params);
+}
+}  // namespace
+
+void CpuStream::execute(Command& c) {
+  switch (c.op) {
+    case Op::kLaunch: {
+      void* params[k_max_params];
+      for (size_t i = 0; i < c.num_params; ++i) params[i] = c.arg_bytes.data() + c.offsets[i];
+      LaunchContext ctx{c.entry, c.grid, c.block, params};
+      m_pool.run(c.grid.count(), run_block, &ctx);
+      break;
+    }
+    case Op::kCopy: std::memmove(c.dst, c.src, c.bytes); break;
+    case Op::kMemset: std::memset(c.dst, c.value, c.bytes); break;
+    case Op::kRecord: c.event->complete(c.ticket); break;
+    case Op::kWait: c.event->wait_for(c.ticket); break;
+  }
+}
+
+Status CpuStream::launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig, runtime::Dim3 grid,
+                         runtime::Dim3 block, const void* const* args, size_t num_args) {
+  if (num_args != sig.param_sizes.size())
+    return invalid_argument("kernel " + sig.name + " takes " + std::to_string(sig.param_sizes.size()) +
+                            " arguments, launch passed " + std::to_string(num_args));
+  if (grid.count() == 0 || block.count() == 0)
+    return invalid_argument("kernel " + sig.name + ": grid and block dimensions must be at least 1");
+  if (num_args > k_max_params) return invalid_argument("kernel " + sig.name + ": too many parameters");
+  std::unique_lock lock(m_mutex);
+  Command& c = reserve(lock);
+  size_t offset = 0;
+  for (size_t i = 0; i < num_args; ++i) {
+    size_t size = sig.param_sizes[i];
+    size_t align = size >= 16 ? 16 : size >= 8 ? 8 : size >= 4 ? 4 : size >= 2 ? 2 : 1;
+    offset = (offset + align - 1) / align * align;
+    if (offset + size > k_max_arg_bytes)
+      return invalid_argument("kernel " + sig.name + ": arguments exceed " + std::to_string(k_max_arg_bytes) + " bytes");
+    std::memcpy(c.arg_bytes.data() + offset, args[i], size);
+    c.offsets[i] = static_cast<uint16_t>(offset);
+    offset += size;
+  }
+  c.op = Op::kLaunch;
+  c.entry = entry;
+  c.grid = grid;
+  c.block = block;
+  c.num_params = static_cast<uint16_t>(num_args);
+  publish(lock);
+  return {};
+}
+
+Status CpuStream::copy_async(void* dst, const void* src, size_t bytes) {
+  std::unique_lock lock(m_mutex);
+  Command& c = reserve(lock);
+  c.op = Op::kCopy;
+  c.dst = dst;
+  c.src = src;
+  c.bytes = bytes;
+  publish(lock);
+  return {};
+}
+
+Status CpuStream::memset_async(void* dst, int value, size_t bytes) {
+  std::unique_lock lock(m_mutex);
+  Command& c = reserve(lock);
+  c.op = Op::kMemset;
+  c.dst = dst;
+  c.value = value;
+  c.bytes = bytes;
+  publish(lock);
+  return {};
+}
+
+Status CpuStream::record(runtime::Event& event) {
+  auto* e = dynamic_cast<CpuEvent*>(&event);
+  if (!e) return invalid_argument("record: the event belongs to another accelerator");
+  std::unique_lock lock(m_mutex);
+  Command& c = reserve(lock);
+  c.op = Op::kRecord;
+  c.event = e;
+  c.ticket = e->begin_record();
+  publish(lock);
+  return {};
+}
+
+Status CpuStream::wait(runtime::Event& event) {
+  auto* e = dynamic_cast<CpuEvent*>(&event);
+  if (!e) return invalid_argument("wait: the event belongs to another accelerator");
+  // Waits for the latest record made before this call, as cuStreamWaitEvent does.
+  uint64_t ticket = e->last_recorded();
+  std::unique_lock lock(m_mutex);
+  Command& c = reserve(lock);
+  c.op = Op::kWait;
+  c.event = e;
+  c.ticket = ticket;
+  publish(lock);
+  return {};
+}
+
+Status CpuStream::synchronize() {
+  std::unique_lock lock(m_mutex);
+  uint64_t target = m_tail;
+  m_drained.wait(lock, [&] { return m_completed >= target; });
+  return {};
+}
+
+}  // namespace kiln::backends::cpu

@@ -1,0 +1,65 @@
+// OpBuilder: an OpSpec and a Target -> a BuildRequest (source texts, normalised options,
+// the toolchain to use, the kernels the artifact will hold), and the cache keys for it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "builders/spec.h"
+#include "builders/target.h"
+#include "jit/toolchain.h"
+#include "runtime/accelerator.h"
+#include "support/hash.h"
+
+namespace kiln::builders {
+
+// Ok when the spec can be built for the target; otherwise says why not, before compiling.
+Status is_compatible(const OpSpec& spec, const Target& target);
+
+struct BuildRequest {
+  const OpSpec* spec = nullptr;
+  Target target;
+  jit::CompileRequest compile;                    // sources include the generated entry TU
+  std::vector<runtime::KernelSignature> kernels;  // entries, then the check's reference
+};
+
+// Reads the spec's sources (the bytes compiled are the bytes hashed).
+Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& target);
+
+// The C++ of the generated translation unit that gives each entry point (and the check's
+// reference function) an extern "C" kiln_entry_<name>(block, args) wrapper.
+std::string generate_cpu_entry_source(const OpSpec& spec);
+
+// Where kiln's device headers (kiln/cpu_kernel.h) are: $KILN_CPU_INCLUDE_DIR or the tree.
+std::string cpu_device_include_dir();
+
+// Keys. The input key covers everything known before compiling: toolchain identity, target,
+// language, options, entry points and every source (paths relative to the spec's folder).
+// The artifact key adds the content of every header the compile read, from the manifest.
+Hash128 input_key(const BuildRequest& request, const std::string& toolchain_identity);
+
+// A manifest lists the headers a compile read, one "label\thash" line each. A label is
+// "spec:<path relative to the spec's folder>", "kiln:<path relative to kiln's device
+// headers>", or an absolute path (system headers), so checkouts in different folders agree.
+struct ManifestEntry {
+  std::string label;
+  Hash128 hash;
+};
+std::string label_for(const std::string& abs_path, const OpSpec& spec);
+std::string path_for(const std::string& label, const OpSpec& spec);
+std::string encode_manifest(const std::vector<ManifestEntry>& entries);
+// Malformed text is kDataLoss (the store handed back something that is not a manifest).
+Result<std::vector<ManifestEntry>> decode_manifest(std::string_view text);
+
+// Hashes the current content of each header the manifest names; nullopt when one is gone.
+std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<ManifestEntry>& manifest, const OpSpec& spec);
+// From a compile's dependency list (sources excluded), with the files' current hashes.
+Result<std::vector<ManifestEntry>> manifest_from_dependencies(const std::vector<std::string>& deps,
+                                                              const BuildRequest& request);
+Hash128 artifact_key(const Hash128& input_key, const std::vector<ManifestEntry>& headers);
+
+// Kernel signatures as stored with an artifact: "name:8,8,8,8;name2:..."
+std::string encode_kernels(const std::vector<runtime::KernelSignature>& kernels);
+Result<std::vector<runtime::KernelSignature>> decode_kernels(std::string_view text);
+
+}  // namespace kiln::builders

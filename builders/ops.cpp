@@ -1,0 +1,242 @@
+#include "builders/ops.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <set>
+
+#include "jit/toolchain_loader.h"
+#include "runtime/registry.h"
+#include "support/file_util.h"
+
+namespace kiln::builders {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+const char* cache_outcome_name(CacheOutcome c) {
+  switch (c) {
+    case CacheOutcome::kMemory: return "memory";
+    case CacheOutcome::kDisk: return "disk";
+    case CacheOutcome::kCompiled: return "compiled";
+  }
+  return "?";
+}
+
+std::string BuildOutcome::diagnostics_text() const {
+  std::string out;
+  for (auto& d : diagnostics) out += d.to_string() + "\n";
+  return out;
+}
+
+Result<runtime::Kernel*> LoadedOp::kernel(std::string_view name) const {
+  if (name.empty()) name = m_spec.entries.front().name;
+  return m_module->kernel(name);
+}
+
+std::string Ops::bundled_spec_dir() { return KILN_BUNDLED_SPEC_DIR; }
+
+Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
+  std::unique_ptr<Ops> ops(new Ops);
+  ops->m_spec_dirs = options.spec_dirs;
+  if (ops->m_spec_dirs.empty()) {
+    if (const char* env = std::getenv("KILN_SPEC_PATH"); env && *env) {
+      std::string all = env;
+      size_t start = 0;
+      while (start <= all.size()) {
+        size_t end = all.find(':', start);
+        std::string dir = all.substr(start, end == std::string::npos ? std::string::npos : end - start);
+        if (!dir.empty()) ops->m_spec_dirs.push_back(absolute_path(dir));
+        if (end == std::string::npos) break;
+        start = end + 1;
+      }
+    } else {
+      ops->m_spec_dirs.push_back(bundled_spec_dir());
+    }
+  }
+  auto store = cache::Store::open(options.cache_dir.empty() ? cache::Store::default_root() : options.cache_dir);
+  if (!store.ok()) return Status(store.status().code(), "cannot open the kiln cache: " + store.status().message());
+  ops->m_store = std::move(store).value();
+  auto acc = runtime::get_accelerator(options.accelerator);
+  if (!acc.ok()) return acc.status();
+  ops->m_accelerator = acc.value();
+  return ops;
+}
+
+std::vector<std::string> Ops::spec_files() const {
+  std::map<std::string, std::string> by_name;
+  for (auto& dir : m_spec_dirs) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) continue;
+    while (auto* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".toml") == 0) {
+        std::string op = name.substr(0, name.size() - 5);
+        by_name.emplace(op, dir + "/" + name);  // the first folder wins
+      }
+    }
+    ::closedir(d);
+  }
+  std::vector<std::string> out;
+  for (auto& [_, path] : by_name) out.push_back(path);
+  return out;
+}
+
+Result<OpSpec> Ops::find_spec(const std::string& op) const {
+  for (auto& dir : m_spec_dirs) {
+    std::string path = dir + "/" + op + ".toml";
+    if (::access(path.c_str(), R_OK) == 0) {
+      auto spec = parse_spec_file(path);
+      if (spec.ok() && spec->name != op)
+        return invalid_argument(path + ": the file is named for op '" + op + "' but declares name = '" + spec->name + "'");
+      return spec;
+    }
+  }
+  std::string dirs;
+  for (auto& d : m_spec_dirs) dirs += (dirs.empty() ? "" : ", ") + d;
+  return not_found("no op named '" + op + "': no " + op + ".toml in " + dirs + " (set KILN_SPEC_PATH to add folders)");
+}
+
+Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
+  auto start = std::chrono::steady_clock::now();
+  BuildOutcome out;
+  out.op = spec.name;
+  out.target = target.str();
+  KILN_ASSIGN_OR_RETURN(BuildRequest request, make_build_request(spec, target));
+  out.kernels = request.kernels;
+  KILN_ASSIGN_OR_RETURN(std::string identity, jit::clang_toolchain_identity());
+  out.input_key = input_key(request, identity);
+
+  // Direct lookup: the manifest of the last compile of these inputs names the headers it
+  // read; their current content completes the key. No compiler is involved.
+  auto manifest_text = m_store->get_manifest(out.input_key);
+  if (manifest_text.ok() && manifest_text->has_value()) {
+    auto manifest = decode_manifest(**manifest_text);
+    if (manifest.ok()) {
+      if (auto current = rehash_manifest(manifest.value(), spec)) {
+        out.key = artifact_key(out.input_key, *current);
+        auto hit = m_store->get(out.key);
+        if (hit.ok() && hit->has_value()) {
+          cache::Artifact& a = **hit;
+          auto kernels = decode_kernels(a.record.entry_points);
+          if (kernels.ok()) {
+            out.success = true;
+            out.cache = CacheOutcome::kDisk;
+            out.kind = a.record.kind;
+            out.artifact = std::move(a.bytes);
+            out.kernels = std::move(kernels).value();
+            out.log = a.record.log;
+            out.total_ms = ms_since(start);
+            return out;
+          }
+        }
+      }
+    }
+  }
+
+  // Miss: load the toolchain (the first time in this process) and compile.
+  KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, jit::load_clang_toolchain());
+  m_compiles.fetch_add(1);
+  jit::CompileResult compiled = toolchain->compile(request.compile);
+  out.cache = CacheOutcome::kCompiled;
+  out.compile_ms = compiled.compile_ms;
+  out.diagnostics = std::move(compiled.diagnostics);
+  out.log = std::move(compiled.log);
+  if (!compiled.success) {
+    out.key = {};
+    out.total_ms = ms_since(start);
+    return out;  // nothing is stored for a source that does not compile
+  }
+  out.success = true;
+  out.kind = compiled.kind;
+  out.artifact = std::move(compiled.artifact);
+  auto headers = manifest_from_dependencies(compiled.dependencies, request);
+  if (!headers.ok()) {
+    out.warnings.push_back("not cached: " + headers.status().message());
+    out.total_ms = ms_since(start);
+    return out;
+  }
+  out.key = artifact_key(out.input_key, headers.value());
+  cache::ArtifactRecord record;
+  record.key = out.key;
+  record.op = spec.name;
+  record.target = out.target;
+  record.kind = out.kind;
+  record.toolchain = identity;
+  record.entry_points = encode_kernels(out.kernels);
+  record.compile_ms = out.compile_ms;
+  record.log = out.log;
+  // Artifact first, then the manifest that leads to it: a crash between the two leaves an
+  // unreachable artifact, never a manifest pointing at nothing.
+  Status stored = m_store->put(record, out.artifact);
+  if (stored.ok()) stored = m_store->put_manifest(out.input_key, spec.name, encode_manifest(headers.value()));
+  if (!stored.ok()) out.warnings.push_back("the artifact was compiled but not cached: " + stored.message());
+  out.total_ms = ms_since(start);
+  return out;
+}
+
+Result<std::shared_ptr<LoadedOp>> Ops::get(const std::string& op, const std::string& target_text) {
+  std::string target_str = target_text.empty() ? m_accelerator->native_target() : target_text;
+  std::string slot_key = op + "@" + target_str;
+  std::shared_ptr<Slot> slot;
+  bool builder = false;
+  {
+    std::lock_guard lock(m_mutex);
+    auto& s = m_loaded[slot_key];
+    if (!s) {
+      s = std::make_shared<Slot>();
+      builder = true;
+      s->mutex.lock();  // taken before anyone else can see the slot
+    } else if (s->done && s->op) {
+      return s->op;  // the common case: a hash-map lookup
+    }
+    slot = s;
+  }
+  if (!builder) {
+    std::lock_guard wait(slot->mutex);  // blocks until the building thread is done
+    if (slot->op) return slot->op;
+    return slot->error;  // the same failure, without compiling again
+  }
+  auto target = parse_target(target_str);
+  Result<std::shared_ptr<LoadedOp>> result = target.ok() ? load(op, target.value()) : Result<std::shared_ptr<LoadedOp>>(target.status());
+  {
+    std::lock_guard lock(m_mutex);
+    if (result.ok()) {
+      slot->op = result.value();
+      slot->done = true;
+    } else {
+      slot->error = result.status();
+      m_loaded.erase(slot_key);  // not remembered: a later call tries again (the source may be fixed)
+    }
+  }
+  slot->mutex.unlock();
+  return result;
+}
+
+Result<std::shared_ptr<LoadedOp>> Ops::load(const std::string& name, const Target& target) {
+  KILN_ASSIGN_OR_RETURN(OpSpec spec, find_spec(name));
+  // An artifact for a level this CPU lacks is refused before it is even looked up.
+  KILN_RETURN_IF_ERROR(m_accelerator->can_load("host-so", target.str()));
+  KILN_ASSIGN_OR_RETURN(BuildOutcome outcome, build(spec, target));
+  if (!outcome.success)
+    return Status(StatusCode::kCompileError, "op " + name + " does not compile for " + target.str() + ":\n" + outcome.diagnostics_text());
+  runtime::ModuleImage image{outcome.kind, outcome.target, outcome.artifact, outcome.kernels, "op " + name};
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<runtime::Module> module, m_accelerator->load_module(image));
+  auto loaded = std::make_shared<LoadedOp>();
+  loaded->m_spec = std::move(spec);
+  outcome.artifact.clear();
+  outcome.artifact.shrink_to_fit();
+  loaded->m_outcome = std::move(outcome);
+  loaded->m_accelerator = m_accelerator;
+  loaded->m_module = std::move(module);
+  return loaded;
+}
+
+}  // namespace kiln::builders

@@ -1,0 +1,123 @@
+// The ops API: ask for an op by name and get it loaded on an accelerator, compiled on
+// first use or found in the cache; later uses cost a hash-map lookup.
+//
+//   auto ops = kiln::builders::Ops::create().value();
+//   auto op = ops->get("vector_add").value();
+//   op->kernel().launch(stream, grid, block, args, 4);
+//
+// The flow of one op (DESIGN.md): spec -> BuildRequest -> key -> lookup (memory, then the
+// local store through its header manifest) -> compile on a miss, once -> store -> load.
+// Thread-safety: every method may be called from any thread. Concurrent first uses of one
+// (op, target) compile once; the others wait for that compile.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "builders/op_builder.h"
+#include "builders/spec.h"
+#include "builders/target.h"
+#include "cache/store.h"
+#include "jit/toolchain.h"
+#include "runtime/accelerator.h"
+
+namespace kiln::builders {
+
+enum class CacheOutcome { kMemory, kDisk, kCompiled };
+const char* cache_outcome_name(CacheOutcome c);  // "memory", "disk", "compiled"
+
+// What building one op for one target did.
+struct BuildOutcome {
+  bool success = false;
+  std::string op;
+  std::string target;
+  Hash128 key;          // the artifact key (zero when the compile failed)
+  Hash128 input_key;    // before headers
+  CacheOutcome cache = CacheOutcome::kCompiled;
+  double compile_ms = 0;  // 0 on a hit
+  double total_ms = 0;
+  std::vector<jit::Diagnostic> diagnostics;
+  std::string log;
+  std::vector<std::string> warnings;  // e.g. the cache could not be written
+  std::string kind;
+  std::string artifact;  // the bytes (empty after load)
+  std::vector<runtime::KernelSignature> kernels;
+
+  // The diagnostics as a compiler prints them, one per line.
+  std::string diagnostics_text() const;
+};
+
+// An op loaded on an accelerator. Lives as long as someone holds it.
+class LoadedOp {
+ public:
+  const OpSpec& spec() const { return m_spec; }
+  const BuildOutcome& outcome() const { return m_outcome; }
+  runtime::Accelerator& accelerator() const { return *m_accelerator; }
+  // The named kernel; empty name = the first entry point.
+  Result<runtime::Kernel*> kernel(std::string_view name = "") const;
+
+ private:
+  friend class Ops;
+  OpSpec m_spec;
+  BuildOutcome m_outcome;
+  runtime::Accelerator* m_accelerator = nullptr;
+  std::shared_ptr<runtime::Module> m_module;
+};
+
+struct OpsOptions {
+  // Folders searched for <op>.toml, first match wins. Empty: $KILN_SPEC_PATH (':'-separated),
+  // else the bundled specs/.
+  std::vector<std::string> spec_dirs;
+  std::string cache_dir;    // empty: Store::default_root()
+  std::string accelerator;  // empty: KILN_ACCELERATOR or auto-detect
+};
+
+class Ops {
+ public:
+  static Result<std::unique_ptr<Ops>> create(OpsOptions options = {});
+
+  // Loaded op for `target` ("" = the accelerator's native target).
+  Result<std::shared_ptr<LoadedOp>> get(const std::string& op, const std::string& target = "");
+
+  // Finds or compiles the artifact without loading it. A compile error is a successful
+  // Result whose outcome has success == false and the diagnostics; nothing is cached then.
+  Result<BuildOutcome> build(const OpSpec& spec, const Target& target);
+
+  Result<OpSpec> find_spec(const std::string& op) const;
+  // Every <op>.toml in the spec folders (first folder wins for a name), sorted by op name.
+  std::vector<std::string> spec_files() const;
+
+  runtime::Accelerator& accelerator() { return *m_accelerator; }
+  cache::Store& store() { return *m_store; }
+  // Compiles run by this Ops (for tests and statistics).
+  uint64_t compile_count() const { return m_compiles.load(); }
+  const std::vector<std::string>& spec_dirs() const { return m_spec_dirs; }
+
+  static std::string bundled_spec_dir();
+
+ private:
+  Ops() = default;
+  Result<std::shared_ptr<LoadedOp>> load(const std::string& op, const Target& target);
+
+  struct Slot {
+    std::mutex mutex;  // held by the one thread that builds; others wait on it
+    bool done = false;
+    std::shared_ptr<LoadedOp> op;
+    Status error;  // what the build said when it failed; waiters return it too
+  };
+
+  std::vector<std::string> m_spec_dirs;
+  std::unique_ptr<cache::Store> m_store;
+  runtime::Accelerator* m_accelerator = nullptr;
+  std::mutex m_mutex;
+  std::unordered_map<std::string, std::shared_ptr<Slot>> m_loaded;  // "op@target"
+  std::atomic<uint64_t> m_compiles{0};
+  std::once_flag m_store_warning_once;
+};
+
+}  // namespace kiln::builders

@@ -1,0 +1,206 @@
+#include "builders/self_check.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "builders/expr.h"
+
+namespace kiln::builders {
+namespace {
+
+// A buffer both runs start from, as host bytes.
+struct HostBuffer {
+  const CheckBuffer* spec;
+  uint64_t count;
+  std::vector<unsigned char> bytes;
+};
+
+template <class T>
+void fill(std::vector<unsigned char>& bytes, uint64_t count, const std::string& init, std::mt19937_64& rng) {
+  T* p = reinterpret_cast<T*>(bytes.data());
+  for (uint64_t i = 0; i < count; ++i) {
+    if (init == "zero") p[i] = T(0);
+    else if (init == "ones") p[i] = T(1);
+    else if constexpr (std::is_floating_point_v<T>) p[i] = static_cast<T>(std::uniform_real_distribution<double>(-1.0, 1.0)(rng));
+    else p[i] = static_cast<T>(std::uniform_int_distribution<int>(0, 100)(rng));
+  }
+}
+
+void fill_buffer(HostBuffer& b, std::mt19937_64& rng) {
+  b.bytes.resize(b.count * scalar_size(b.spec->type));
+  switch (b.spec->type) {
+    case ScalarType::kFloat: fill<float>(b.bytes, b.count, b.spec->init, rng); break;
+    case ScalarType::kDouble: fill<double>(b.bytes, b.count, b.spec->init, rng); break;
+    case ScalarType::kInt8: fill<int8_t>(b.bytes, b.count, b.spec->init, rng); break;
+    case ScalarType::kUInt8: fill<uint8_t>(b.bytes, b.count, b.spec->init, rng); break;
+    case ScalarType::kInt16: fill<int16_t>(b.bytes, b.count, b.spec->init, rng); break;
+    case ScalarType::kUInt16: fill<uint16_t>(b.bytes, b.count, b.spec->init, rng); break;
+    case ScalarType::kInt32: fill<int32_t>(b.bytes, b.count, b.spec->init, rng); break;
+    case ScalarType::kUInt32: fill<uint32_t>(b.bytes, b.count, b.spec->init, rng); break;
+    case ScalarType::kInt64: fill<int64_t>(b.bytes, b.count, b.spec->init, rng); break;
+    case ScalarType::kUInt64: fill<uint64_t>(b.bytes, b.count, b.spec->init, rng); break;
+    default: break;
+  }
+}
+
+double element(const std::vector<unsigned char>& bytes, ScalarType t, uint64_t i) {
+  auto at = [&](auto type_tag) {
+    decltype(type_tag) v;
+    std::memcpy(&v, bytes.data() + i * sizeof v, sizeof v);
+    return static_cast<double>(v);
+  };
+  switch (t) {
+    case ScalarType::kFloat: return at(float{});
+    case ScalarType::kDouble: return at(double{});
+    case ScalarType::kInt8: return at(int8_t{});
+    case ScalarType::kUInt8: return at(uint8_t{});
+    case ScalarType::kInt16: return at(int16_t{});
+    case ScalarType::kUInt16: return at(uint16_t{});
+    case ScalarType::kInt32: return at(int32_t{});
+    case ScalarType::kUInt32: return at(uint32_t{});
+    case ScalarType::kInt64: return at(int64_t{});
+    case ScalarType::kUInt64: return at(uint64_t{});
+    default: return 0;
+  }
+}
+
+// A scalar argument's bytes, converted to the parameter's type.
+std::vector<unsigned char> scalar_bytes(ScalarType t, double value) {
+  std::vector<unsigned char> out(scalar_size(t));
+  auto put = [&](auto v) { std::memcpy(out.data(), &v, sizeof v); };
+  switch (t) {
+    case ScalarType::kBool: put(static_cast<bool>(value)); break;
+    case ScalarType::kFloat: put(static_cast<float>(value)); break;
+    case ScalarType::kDouble: put(value); break;
+    case ScalarType::kInt8: put(static_cast<int8_t>(value)); break;
+    case ScalarType::kUInt8: put(static_cast<uint8_t>(value)); break;
+    case ScalarType::kInt16: put(static_cast<int16_t>(value)); break;
+    case ScalarType::kUInt16: put(static_cast<uint16_t>(value)); break;
+    case ScalarType::kInt32: put(static_cast<int32_t>(value)); break;
+    case ScalarType::kUInt32: put(static_cast<uint32_t>(value)); break;
+    case ScalarType::kInt64: put(static_cast<int64_t>(value)); break;
+    case ScalarType::kUInt64: put(static_cast<uint64_t>(value)); break;
+    default: break;
+  }
+  return out;
+}
+
+// Device copies of the buffers, freed however the run ends.
+struct DeviceBuffers {
+  runtime::Accelerator& acc;
+  std::vector<void*> ptrs;
+  ~DeviceBuffers() {
+    for (void* p : ptrs) acc.deallocate(p);
+  }
+};
+
+// One run (kernel or reference) from the same initial buffers; returns the final buffers.
+Result<std::vector<std::vector<unsigned char>>> run_once(const LoadedOp& op, runtime::Kernel& kernel, const EntryPoint& entry,
+                                                         const std::vector<HostBuffer>& initial,
+                                                         const std::map<std::string, int64_t>& names, runtime::Dim3 grid,
+                                                         runtime::Dim3 block, double* elapsed_ms) {
+  const CheckSpec& check = *op.spec().check;
+  runtime::Accelerator& acc = op.accelerator();
+  DeviceBuffers dev{acc, {}};
+  for (auto& b : initial) {
+    KILN_ASSIGN_OR_RETURN(void* p, acc.allocate(b.bytes.size()));
+    dev.ptrs.push_back(p);
+    KILN_RETURN_IF_ERROR(acc.copy(p, b.bytes.data(), b.bytes.size()));
+  }
+  std::vector<std::vector<unsigned char>> values(check.args.size());
+  std::vector<const void*> args(check.args.size());
+  for (size_t i = 0; i < check.args.size(); ++i) {
+    const std::string& a = check.args[i];
+    const ParamSpec& p = entry.params[i];
+    if (p.is_pointer) {
+      for (size_t j = 0; j < initial.size(); ++j)
+        if (initial[j].spec->name == a) {
+          values[i].resize(sizeof(void*));
+          std::memcpy(values[i].data(), &dev.ptrs[j], sizeof(void*));
+        }
+    } else {
+      double v;
+      char* end = nullptr;
+      double literal = std::strtod(a.c_str(), &end);
+      if (end && *end == '\0' && a.find_first_of(".eE") != std::string::npos) {
+        v = literal;
+      } else {
+        KILN_ASSIGN_OR_RETURN(int64_t iv, eval_expr(a, names));
+        v = static_cast<double>(iv);
+      }
+      values[i] = scalar_bytes(p.scalar, v);
+    }
+    args[i] = values[i].data();
+  }
+  auto start = std::chrono::steady_clock::now();
+  runtime::Stream& stream = acc.default_stream();
+  KILN_RETURN_IF_ERROR(kernel.launch(stream, grid, block, args.data(), args.size()));
+  KILN_RETURN_IF_ERROR(stream.synchronize());
+  if (elapsed_ms) *elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::vector<std::vector<unsigned char>> out(initial.size());
+  for (size_t j = 0; j < initial.size(); ++j) {
+    out[j].resize(initial[j].bytes.size());
+    KILN_RETURN_IF_ERROR(acc.copy(out[j].data(), dev.ptrs[j], out[j].size()));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<CheckReport> run_self_check(const LoadedOp& op, const CheckOptions& options) {
+  const OpSpec& spec = op.spec();
+  if (!spec.check) return invalid_argument("op " + spec.name + " has no [check] section");
+  const CheckSpec& check = *spec.check;
+  std::map<std::string, int64_t> names = check.dims;
+  for (auto& [k, v] : options.dims) {
+    if (!names.count(k)) return invalid_argument("op " + spec.name + " has no dim named '" + k + "'");
+    names[k] = v;
+  }
+  names["block"] = check.block;
+  KILN_ASSIGN_OR_RETURN(int64_t grid_count, eval_expr(check.grid, names));
+  if (grid_count < 1 || grid_count > UINT32_MAX)
+    return invalid_argument("op " + spec.name + ": grid '" + check.grid + "' is " + std::to_string(grid_count) + " blocks");
+
+  std::mt19937_64 rng(options.seed);
+  std::vector<HostBuffer> buffers;
+  for (auto& b : check.buffers) {
+    KILN_ASSIGN_OR_RETURN(int64_t count, eval_expr(b.count, names));
+    if (count < 1) return invalid_argument("op " + spec.name + ": buffer " + b.name + " has " + std::to_string(count) + " elements");
+    HostBuffer hb{&b, static_cast<uint64_t>(count), {}};
+    fill_buffer(hb, rng);
+    buffers.push_back(std::move(hb));
+  }
+  const EntryPoint& entry = *spec.find_entry(check.entry);
+  KILN_ASSIGN_OR_RETURN(runtime::Kernel * kernel, op.kernel(check.entry));
+  KILN_ASSIGN_OR_RETURN(runtime::Kernel * reference, op.kernel(check.reference));
+
+  CheckReport report;
+  report.grid = static_cast<uint64_t>(grid_count);
+  runtime::Dim3 grid{static_cast<uint32_t>(grid_count), 1, 1}, block{check.block, 1, 1};
+  KILN_ASSIGN_OR_RETURN(auto got, run_once(op, *kernel, entry, buffers, names, grid, block, &report.kernel_ms));
+  KILN_ASSIGN_OR_RETURN(auto want, run_once(op, *reference, entry, buffers, names, {1, 1, 1}, {1, 1, 1}, nullptr));
+
+  for (size_t j = 0; j < buffers.size(); ++j) {
+    if (!buffers[j].spec->output) continue;
+    for (uint64_t i = 0; i < buffers[j].count; ++i) {
+      double g = element(got[j], buffers[j].spec->type, i), w = element(want[j], buffers[j].spec->type, i);
+      double err = std::fabs(g - w);
+      if (!(err <= check.atol + check.rtol * std::fabs(w))) {  // also catches NaN
+        report.message = buffers[j].spec->name + "[" + std::to_string(i) + "] = " + std::to_string(g) + ", reference " +
+                         std::to_string(w) + " (tolerance atol " + std::to_string(check.atol) + " + rtol " +
+                         std::to_string(check.rtol) + ")";
+        report.max_abs_error = err;
+        return report;
+      }
+      report.max_abs_error = std::max(report.max_abs_error, err);
+      ++report.elements_compared;
+    }
+  }
+  report.passed = true;
+  report.message = std::to_string(report.elements_compared) + " elements within tolerance";
+  return report;
+}
+
+}  // namespace kiln::builders

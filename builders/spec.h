@@ -1,0 +1,100 @@
+// OpSpec: the declarative description of an op, as parsed from specs/<op>.toml.
+//
+// Every field keeps where it came from, so later checks (a missing source, an entry point
+// the compiler cannot find) can still point at file:line:col.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "support/status.h"
+
+namespace kiln::builders {
+
+struct SourcePos {
+  std::string file;
+  uint32_t line = 0, column = 0;
+  // "file:line:col" (or just the file when there is no line).
+  std::string str() const;
+};
+
+// Bad spec input: "file:line:col: message".
+Status spec_error(const SourcePos& pos, const std::string& message);
+
+// The scalar types a parameter may have, by value or through a pointer.
+enum class ScalarType { kBool, kInt8, kUInt8, kInt16, kUInt16, kInt32, kUInt32, kInt64, kUInt64, kFloat, kDouble, kVoid };
+
+struct ParamSpec {
+  std::string type;   // normalised C++ spelling: "const float*", "int64_t"
+  std::string name;
+  ScalarType scalar = ScalarType::kVoid;
+  bool is_pointer = false;
+  uint32_t size = 0;  // bytes when passed by value
+  SourcePos pos;
+};
+
+struct EntryPoint {
+  std::string name;
+  std::vector<ParamSpec> params;
+  SourcePos pos;
+};
+
+struct SourceSpec {
+  std::string path;      // absolute; for inline sources a virtual path beside the spec
+  std::string rel_path;  // relative to the spec's folder: this, not `path`, enters keys
+  std::optional<std::string> inline_text;
+  SourcePos pos;
+};
+
+struct CheckBuffer {
+  std::string name;
+  ScalarType type = ScalarType::kFloat;
+  std::string count;  // an expression over the dims
+  std::string init;   // "random", "zero" or "ones"
+  bool output = false;
+  SourcePos pos;
+};
+
+// How `kiln run` checks an op: random inputs, one launch, the same call of a plain
+// reference function, outputs compared within tolerances.
+struct CheckSpec {
+  std::map<std::string, int64_t> dims;  // default problem sizes; tests override them
+  std::string entry;                    // which entry point to check
+  std::string reference;                // a host function with the entry's parameters
+  uint32_t block = 256;
+  std::string grid;                     // expression over dims and `block`
+  std::vector<CheckBuffer> buffers;
+  std::vector<std::string> args;        // one per parameter: a buffer, an expression, a number
+  double rtol = 1e-5, atol = 1e-6;
+  SourcePos pos;
+};
+
+struct OpSpec {
+  std::string name;
+  int64_t version = 1;
+  std::string language;  // "cpp" (later "cuda", "hip", "opencl")
+  std::string description;
+  std::string spec_path;  // absolute path of the .toml
+  std::string spec_dir;   // its folder: the root that relative paths are resolved against
+  std::vector<SourceSpec> sources;
+  std::vector<EntryPoint> entries;
+  std::vector<std::string> include_dirs;  // absolute
+  std::vector<std::string> defines;
+  std::vector<std::string> flags;
+  std::optional<CheckSpec> check;
+
+  const EntryPoint* find_entry(const std::string& name) const;
+};
+
+// Parses and validates a spec; source files must exist and stay inside the spec's folder.
+Result<OpSpec> parse_spec_file(const std::string& path);
+// The same from text; `path` names the file in messages and anchors relative paths.
+Result<OpSpec> parse_spec_text(const std::string& text, const std::string& path);
+
+const char* scalar_type_name(ScalarType t);
+uint32_t scalar_size(ScalarType t);
+
+}  // namespace kiln::builders

@@ -1,0 +1,458 @@
+// TOML -> OpSpec, with every error as "file:line:col: message".
+#include <sys/stat.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#define TOML_HEADER_ONLY 1
+#include <toml++/toml.h>
+
+#include "builders/expr.h"
+#include "builders/spec.h"
+#include "support/file_util.h"
+
+namespace kiln::builders {
+
+std::string SourcePos::str() const {
+  if (line == 0) return file;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+Status spec_error(const SourcePos& pos, const std::string& message) { return invalid_argument(pos.str() + ": " + message); }
+
+
+const EntryPoint* OpSpec::find_entry(const std::string& n) const {
+  for (auto& e : entries)
+    if (e.name == n) return &e;
+  return nullptr;
+}
+
+const char* scalar_type_name(ScalarType t) {
+  switch (t) {
+    case ScalarType::kBool: return "bool";
+    case ScalarType::kInt8: return "int8_t";
+    case ScalarType::kUInt8: return "uint8_t";
+    case ScalarType::kInt16: return "int16_t";
+    case ScalarType::kUInt16: return "uint16_t";
+    case ScalarType::kInt32: return "int32_t";
+    case ScalarType::kUInt32: return "uint32_t";
+    case ScalarType::kInt64: return "int64_t";
+    case ScalarType::kUInt64: return "uint64_t";
+    case ScalarType::kFloat: return "float";
+    case ScalarType::kDouble: return "double";
+    case ScalarType::kVoid: return "void";
+  }
+  return "void";
+}
+
+uint32_t scalar_size(ScalarType t) {
+  switch (t) {
+    case ScalarType::kBool:
+    case ScalarType::kInt8:
+    case ScalarType::kUInt8: return 1;
+    case ScalarType::kInt16:
+    case ScalarType::kUInt16: return 2;
+    case ScalarType::kInt32:
+    case ScalarType::kUInt32:
+    case ScalarType::kFloat: return 4;
+    case ScalarType::kInt64:
+    case ScalarType::kUInt64:
+    case ScalarType::kDouble: return 8;
+    case ScalarType::kVoid: return 0;
+  }
+  return 0;
+}
+
+namespace {
+
+std::optional<ScalarType> scalar_from_name(std::string_view n) {
+  static const std::map<std::string_view, ScalarType> k_names = {
+      {"bool", ScalarType::kBool},       {"int8_t", ScalarType::kInt8},     {"uint8_t", ScalarType::kUInt8},
+      {"int16_t", ScalarType::kInt16},   {"uint16_t", ScalarType::kUInt16}, {"int32_t", ScalarType::kInt32},
+      {"int", ScalarType::kInt32},       {"uint32_t", ScalarType::kUInt32}, {"unsigned", ScalarType::kUInt32},
+      {"int64_t", ScalarType::kInt64},   {"uint64_t", ScalarType::kUInt64}, {"size_t", ScalarType::kUInt64},
+      {"float", ScalarType::kFloat},     {"double", ScalarType::kDouble},   {"void", ScalarType::kVoid},
+  };
+  auto it = k_names.find(n);
+  if (it == k_names.end()) return std::nullopt;
+  return it->second;
+}
+
+bool is_identifier(std::string_view s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+class SpecParser {
+ public:
+  SpecParser(std::string path) : m_path(std::move(path)) {}
+
+  Result<OpSpec> parse(const std::string& text) {
+    toml::table root;
+    try {
+      root = toml::parse(text, m_path);
+    } catch (const toml::parse_error& e) {
+      SourcePos pos{m_path, e.source().begin.line, e.source().begin.column};
+      return spec_error(pos, "invalid TOML: " + std::string(e.description()));
+    }
+    OpSpec spec;
+    spec.spec_path = m_path;
+    spec.spec_dir = dirname_of(m_path);
+    KILN_RETURN_IF_ERROR(check_keys(root, {"name", "version", "language", "description", "sources", "include_dirs",
+                                           "defines", "flags", "entry", "check"}));
+    KILN_ASSIGN_OR_RETURN(spec.name, required_string(root, "name"));
+    if (!is_identifier(spec.name))
+      return spec_error(pos_of(*root.get("name")), "op name '" + spec.name + "' must be an identifier ([A-Za-z_][A-Za-z0-9_]*)");
+    if (auto* v = root.get("version")) {
+      auto i = v->value<int64_t>();
+      if (!v->is_integer() || *i < 0) return spec_error(pos_of(*v), "version must be a non-negative integer");
+      spec.version = *i;
+    }
+    KILN_ASSIGN_OR_RETURN(spec.language, required_string(root, "language"));
+    if (spec.language != "cpp")
+      return spec_error(pos_of(*root.get("language")),
+                        "unknown language '" + spec.language + "' (this kiln compiles: cpp)");
+    if (auto* v = root.get("description")) {
+      if (!v->is_string()) return spec_error(pos_of(*v), "description must be a string");
+      spec.description = **v->as_string();
+    }
+    KILN_RETURN_IF_ERROR(parse_sources(root, spec));
+    KILN_RETURN_IF_ERROR(parse_include_dirs(root, spec));
+    KILN_ASSIGN_OR_RETURN(spec.defines, string_list(root, "defines"));
+    for (size_t i = 0; i < spec.defines.size(); ++i) {
+      std::string_view d = spec.defines[i];
+      if (!is_identifier(d.substr(0, d.find('='))))
+        return spec_error(pos_of(*root["defines"].as_array()->get(i)), "define '" + spec.defines[i] + "' must be NAME or NAME=VALUE");
+    }
+    KILN_ASSIGN_OR_RETURN(spec.flags, string_list(root, "flags"));
+    for (size_t i = 0; i < spec.flags.size(); ++i) KILN_RETURN_IF_ERROR(check_flag(spec.flags[i], *root["flags"].as_array()->get(i)));
+    KILN_RETURN_IF_ERROR(parse_entries(root, spec));
+    if (auto* check = root.get("check")) KILN_RETURN_IF_ERROR(parse_check(*check, spec));
+    return spec;
+  }
+
+ private:
+  SourcePos pos_of(const toml::node& n) const {
+    // The root table has no position of its own: point at the file's start.
+    if (n.source().begin.line == 0) return {m_path, 1, 1};
+    return {m_path, n.source().begin.line, n.source().begin.column};
+  }
+
+  Status check_keys(const toml::table& t, std::initializer_list<std::string_view> allowed) const {
+    for (auto&& [key, value] : t) {
+      bool known = false;
+      for (auto a : allowed) known = known || key.str() == a;
+      if (!known) {
+        std::string list;
+        for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+        SourcePos pos{m_path, key.source().begin.line, key.source().begin.column};
+        if (pos.line == 0) pos = pos_of(value);
+        return spec_error(pos, "unknown key '" + std::string(key.str()) + "' (allowed here: " + list + ")");
+      }
+    }
+    return {};
+  }
+
+  Result<std::string> required_string(const toml::table& t, std::string_view key) const {
+    auto* v = t.get(key);
+    if (!v) return spec_error(pos_of(t), "missing required key '" + std::string(key) + "'");
+    if (!v->is_string()) return spec_error(pos_of(*v), "'" + std::string(key) + "' must be a string");
+    std::string s = **v->as_string();
+    if (s.empty()) return spec_error(pos_of(*v), "'" + std::string(key) + "' must not be empty");
+    return s;
+  }
+
+  Result<std::vector<std::string>> string_list(const toml::table& t, std::string_view key) const {
+    std::vector<std::string> out;
+    auto* v = t.get(key);
+    if (!v) return out;
+    auto* arr = v->as_array();
+    if (!arr) return spec_error(pos_of(*v), "'" + std::string(key) + "' must be an array of strings");
+    for (auto& item : *arr) {
+      if (!item.is_string()) return spec_error(pos_of(item), "'" + std::string(key) + "' must hold only strings");
+      out.push_back(**item.as_string());
+    }
+    return out;
+  }
+
+  Status check_flag(const std::string& flag, const toml::node& where) const {
+    // kiln decides outputs, language and target; a spec may tune code generation only.
+    static const char* k_denied[] = {"-march", "-mcpu", "-mtune", "-target", "--target", "-mllvm"};
+    bool allowed = flag.size() > 2 && (flag.rfind("-O", 0) == 0 || flag.rfind("-f", 0) == 0 ||
+                                       flag.rfind("-W", 0) == 0 || flag.rfind("-m", 0) == 0 || flag.rfind("-g", 0) == 0);
+    for (auto* d : k_denied) allowed = allowed && flag.rfind(d, 0) != 0;
+    if (flag.rfind("-fplugin", 0) == 0 || flag.rfind("-fpass-plugin", 0) == 0) allowed = false;
+    if (!allowed)
+      return spec_error(pos_of(where), "flag '" + flag +
+                                           "' is not allowed: flags may tune code generation (-O*, -f*, -W*, -m*, -g*); "
+                                           "kiln sets the target, language and outputs itself");
+    return {};
+  }
+
+  // A relative path inside the spec's folder, also after following symlinks.
+  Result<std::string> resolve_inside(const std::string& rel, const toml::node& where, const char* what) const {
+    if (rel.empty()) return spec_error(pos_of(where), std::string(what) + " path is empty");
+    if (rel[0] == '/')
+      return spec_error(pos_of(where), std::string(what) + " path '" + rel + "' must be relative to the spec's folder");
+    std::string abs = absolute_path(m_dir() + "/" + rel);
+    std::error_code ec;
+    std::string real_dir = std::filesystem::weakly_canonical(m_dir(), ec).string();
+    std::string real = std::filesystem::weakly_canonical(abs, ec).string();
+    if (!path_is_within(abs, m_dir()) || (!ec && !path_is_within(real, real_dir)))
+      return spec_error(pos_of(where), std::string(what) + " path '" + rel + "' escapes the spec's folder " + m_dir());
+    return abs;
+  }
+
+  std::string m_dir() const { return dirname_of(absolute_path(m_path)); }
+
+  Status parse_sources(const toml::table& root, OpSpec& spec) {
+    auto* v = root.get("sources");
+    if (!v) return spec_error(pos_of(root), "missing required key 'sources'");
+    auto* arr = v->as_array();
+    if (!arr || arr->empty()) return spec_error(pos_of(*v), "'sources' must be a non-empty array");
+    for (auto& item : *arr) {
+      SourceSpec src;
+      src.pos = pos_of(item);
+      if (item.is_string()) {
+        std::string rel = **item.as_string();
+        KILN_ASSIGN_OR_RETURN(src.path, resolve_inside(rel, item, "source"));
+        struct stat st{};
+        if (::stat(src.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+          return spec_error(src.pos, "source file '" + rel + "' not found (looked for " + src.path + ")");
+        src.rel_path = relative_to(src.path, m_dir());
+      } else if (auto* t = item.as_table()) {
+        KILN_RETURN_IF_ERROR(check_keys(*t, {"name", "code"}));
+        KILN_ASSIGN_OR_RETURN(std::string name, required_string(*t, "name"));
+        KILN_ASSIGN_OR_RETURN(std::string code, required_string(*t, "code"));
+        if (name.find('/') != std::string::npos || name == "." || name == "..")
+          return spec_error(pos_of(*t->get("name")), "an inline source's name is a file name, without folders");
+        src.path = m_dir() + "/" + name;
+        src.rel_path = name;
+        src.inline_text = code;
+      } else {
+        return spec_error(src.pos, "a source is a path (string) or an inline table { name = \"x.cpp\", code = \"...\" }");
+      }
+      for (auto& other : spec.sources)
+        if (other.path == src.path) return spec_error(src.pos, "source '" + src.rel_path + "' is listed twice");
+      spec.sources.push_back(std::move(src));
+    }
+    return {};
+  }
+
+  Status parse_include_dirs(const toml::table& root, OpSpec& spec) {
+    KILN_ASSIGN_OR_RETURN(auto dirs, string_list(root, "include_dirs"));
+    for (size_t i = 0; i < dirs.size(); ++i) {
+      const toml::node& where = *root["include_dirs"].as_array()->get(i);
+      KILN_ASSIGN_OR_RETURN(std::string abs, resolve_inside(dirs[i], where, "include"));
+      struct stat st{};
+      if (::stat(abs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        return spec_error(pos_of(where), "include folder '" + dirs[i] + "' not found (looked for " + abs + ")");
+      spec.include_dirs.push_back(abs);
+    }
+    return {};
+  }
+
+  Result<ParamSpec> parse_param(const toml::node& item) const {
+    ParamSpec p;
+    p.pos = pos_of(item);
+    if (!item.is_string()) return spec_error(p.pos, "a parameter is a string such as \"const float* x\"");
+    std::string text = **item.as_string();
+    // Split off the trailing identifier as the name.
+    size_t end = text.find_last_not_of(" \t");
+    if (end == std::string::npos) return spec_error(p.pos, "empty parameter");
+    size_t start = end + 1;
+    while (start > 0 && (std::isalnum(static_cast<unsigned char>(text[start - 1])) || text[start - 1] == '_')) --start;
+    p.name = text.substr(start, end + 1 - start);
+    std::string type = text.substr(0, start);
+    if (!is_identifier(p.name) || type.find_first_not_of(" \t") == std::string::npos)
+      return spec_error(p.pos, "parameter '" + text + "' must be a type followed by a name, e.g. \"const float* x\"");
+    // Tokens of the type: [const] BASE [*]
+    std::vector<std::string> tokens;
+    std::string cur;
+    for (char c : type) {
+      if (c == '*') {
+        if (!cur.empty()) tokens.push_back(cur);
+        cur.clear();
+        tokens.push_back("*");
+      } else if (std::isspace(static_cast<unsigned char>(c))) {
+        if (!cur.empty()) tokens.push_back(cur);
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+    if (!cur.empty()) tokens.push_back(cur);
+    bool is_const = false;
+    size_t i = 0;
+    if (i < tokens.size() && tokens[i] == "const") {
+      is_const = true;
+      ++i;
+    }
+    auto bad = [&] {
+      return spec_error(p.pos, "unsupported parameter type '" + type.substr(0, type.find_last_not_of(" \t") + 1) +
+                                   "': use a scalar (bool, int8_t..uint64_t, int, unsigned, size_t, float, double) "
+                                   "or a pointer to one (or void*), optionally const");
+    };
+    if (i >= tokens.size()) return bad();
+    auto scalar = scalar_from_name(tokens[i++]);
+    if (!scalar) return bad();
+    if (i < tokens.size() && tokens[i] == "*") {
+      p.is_pointer = true;
+      ++i;
+    }
+    if (i != tokens.size()) return bad();
+    if (*scalar == ScalarType::kVoid && !p.is_pointer) return bad();
+    p.scalar = *scalar;
+    p.type = std::string(is_const ? "const " : "") + tokens[is_const ? 1 : 0] + (p.is_pointer ? "*" : "");
+    p.size = p.is_pointer ? sizeof(void*) : scalar_size(*scalar);
+    return p;
+  }
+
+  Status parse_entries(const toml::table& root, OpSpec& spec) {
+    auto* v = root.get("entry");
+    if (!v) return spec_error(pos_of(root), "missing [[entry]]: an op needs at least one entry point");
+    auto* arr = v->as_array();
+    if (!arr || arr->empty()) return spec_error(pos_of(*v), "'entry' must be an array of tables ([[entry]])");
+    for (auto& item : *arr) {
+      auto* t = item.as_table();
+      if (!t) return spec_error(pos_of(item), "each entry is a table with 'name' and 'params'");
+      KILN_RETURN_IF_ERROR(check_keys(*t, {"name", "params"}));
+      EntryPoint e;
+      e.pos = pos_of(item);
+      KILN_ASSIGN_OR_RETURN(e.name, required_string(*t, "name"));
+      if (!is_identifier(e.name)) return spec_error(pos_of(*t->get("name")), "entry name '" + e.name + "' must be an identifier");
+      if (spec.find_entry(e.name)) return spec_error(pos_of(*t->get("name")), "entry '" + e.name + "' is defined twice");
+      auto* params = t->get("params");
+      if (!params || !params->is_array()) return spec_error(e.pos, "entry '" + e.name + "' needs 'params', an array of strings");
+      std::set<std::string> names;
+      for (auto& p : *params->as_array()) {
+        KILN_ASSIGN_OR_RETURN(ParamSpec param, parse_param(p));
+        if (!names.insert(param.name).second) return spec_error(param.pos, "parameter '" + param.name + "' is named twice");
+        e.params.push_back(std::move(param));
+      }
+      spec.entries.push_back(std::move(e));
+    }
+    return {};
+  }
+
+  Status parse_check(const toml::node& node, OpSpec& spec) {
+    auto* t = node.as_table();
+    if (!t) return spec_error(pos_of(node), "'check' must be a table");
+    KILN_RETURN_IF_ERROR(check_keys(*t, {"dims", "entry", "reference", "block", "grid", "buffers", "args", "rtol", "atol"}));
+    CheckSpec c;
+    c.pos = pos_of(node);
+    if (auto* dims = t->get("dims")) {
+      auto* dt = dims->as_table();
+      if (!dt) return spec_error(pos_of(*dims), "'dims' must be a table of names to integers, e.g. { n = 1000 }");
+      for (auto&& [k, v] : *dt) {
+        if (!v.is_integer() || *v.value<int64_t>() < 0)
+          return spec_error(pos_of(v), "dim '" + std::string(k.str()) + "' must be a non-negative integer");
+        if (!is_identifier(k.str()) || k.str() == "block")
+          return spec_error(pos_of(v), "dim name '" + std::string(k.str()) + "' must be an identifier other than 'block'");
+        c.dims[std::string(k.str())] = *v.value<int64_t>();
+      }
+    }
+    c.entry = spec.entries.front().name;
+    if (t->get("entry")) {
+      KILN_ASSIGN_OR_RETURN(c.entry, required_string(*t, "entry"));
+    }
+    const EntryPoint* entry = spec.find_entry(c.entry);
+    if (!entry) return spec_error(pos_of(*t->get("entry")), "check.entry '" + c.entry + "' is not an [[entry]] of this op");
+    KILN_ASSIGN_OR_RETURN(c.reference, required_string(*t, "reference"));
+    if (!is_identifier(c.reference) || spec.find_entry(c.reference))
+      return spec_error(pos_of(*t->get("reference")), "reference '" + c.reference + "' must be an identifier naming a host function, not an entry");
+    if (auto* b = t->get("block")) {
+      if (!b->is_integer() || *b->value<int64_t>() < 1 || *b->value<int64_t>() > 65536)
+        return spec_error(pos_of(*b), "block must be an integer from 1 to 65536");
+      c.block = static_cast<uint32_t>(*b->value<int64_t>());
+    }
+    KILN_ASSIGN_OR_RETURN(c.grid, required_string(*t, "grid"));
+    auto names = c.dims;
+    names["block"] = c.block;
+    if (auto g = eval_expr(c.grid, names); !g.ok()) return spec_error(pos_of(*t->get("grid")), "grid: " + g.status().message());
+    for (const char* tol : {"rtol", "atol"}) {
+      if (auto* v = t->get(tol)) {
+        auto d = v->value<double>();
+        if (!d || *d < 0) return spec_error(pos_of(*v), std::string(tol) + " must be a non-negative number");
+        (std::string(tol) == "rtol" ? c.rtol : c.atol) = *d;
+      }
+    }
+    auto* buffers = t->get("buffers");
+    if (!buffers || !buffers->is_array()) return spec_error(c.pos, "check needs 'buffers', an array of tables");
+    for (auto& item : *buffers->as_array()) {
+      auto* bt = item.as_table();
+      if (!bt) return spec_error(pos_of(item), "a buffer is a table { name, type, count, init, output }");
+      KILN_RETURN_IF_ERROR(check_keys(*bt, {"name", "type", "count", "init", "output"}));
+      CheckBuffer b;
+      b.pos = pos_of(item);
+      KILN_ASSIGN_OR_RETURN(b.name, required_string(*bt, "name"));
+      KILN_ASSIGN_OR_RETURN(std::string type, required_string(*bt, "type"));
+      auto scalar = scalar_from_name(type);
+      if (!scalar || *scalar == ScalarType::kVoid || *scalar == ScalarType::kBool)
+        return spec_error(pos_of(*bt->get("type")), "buffer type '" + type + "' must be an integer or floating-point type");
+      b.type = *scalar;
+      KILN_ASSIGN_OR_RETURN(b.count, required_string(*bt, "count"));
+      if (auto n = eval_expr(b.count, names); !n.ok() || *n < 1)
+        return spec_error(pos_of(*bt->get("count")), "count: " + (n.ok() ? "must be at least 1" : n.status().message()));
+      b.init = "random";
+      if (bt->get("init")) {
+        KILN_ASSIGN_OR_RETURN(b.init, required_string(*bt, "init"));
+      }
+      if (b.init != "random" && b.init != "zero" && b.init != "ones")
+        return spec_error(pos_of(*bt->get("init")), "init must be \"random\", \"zero\" or \"ones\"");
+      if (auto* o = bt->get("output")) {
+        if (!o->is_boolean()) return spec_error(pos_of(*o), "output must be true or false");
+        b.output = **o->as_boolean();
+      }
+      for (auto& other : c.buffers)
+        if (other.name == b.name) return spec_error(b.pos, "buffer '" + b.name + "' is defined twice");
+      c.buffers.push_back(std::move(b));
+    }
+    auto* args = t->get("args");
+    if (!args || !args->is_array()) return spec_error(c.pos, "check needs 'args', one per parameter of entry '" + c.entry + "'");
+    auto* arr = args->as_array();
+    if (arr->size() != entry->params.size())
+      return spec_error(pos_of(*args), "check.args has " + std::to_string(arr->size()) + " items, entry '" + c.entry + "' has " +
+                                           std::to_string(entry->params.size()) + " parameters");
+    for (size_t i = 0; i < arr->size(); ++i) {
+      const toml::node& a = *arr->get(i);
+      const ParamSpec& p = entry->params[i];
+      std::string value;
+      if (a.is_string()) value = **a.as_string();
+      else if (a.is_integer()) value = std::to_string(**a.as_integer());
+      else if (a.is_floating_point()) value = std::to_string(**a.as_floating_point());
+      else return spec_error(pos_of(a), "an arg is a buffer name, an expression or a number");
+      bool is_buffer = false;
+      for (auto& b : c.buffers) is_buffer = is_buffer || b.name == value;
+      if (p.is_pointer != is_buffer)
+        return spec_error(pos_of(a), "parameter '" + p.name + "' (" + p.type + ") needs " +
+                                         (p.is_pointer ? "a buffer name" : "a number or expression, not a buffer"));
+      if (!is_buffer && !a.is_floating_point()) {
+        if (auto v = eval_expr(value, names); !v.ok()) return spec_error(pos_of(a), v.status().message());
+      }
+      c.args.push_back(value);
+    }
+    spec.check = std::move(c);
+    return {};
+  }
+
+  std::string m_path;
+};
+
+}  // namespace
+
+Result<OpSpec> parse_spec_text(const std::string& text, const std::string& path) {
+  return SpecParser(absolute_path(path)).parse(text);
+}
+
+Result<OpSpec> parse_spec_file(const std::string& path) {
+  auto text = read_file(path);
+  if (!text.ok()) return invalid_argument(path + ": cannot read spec: " + text.status().message());
+  return parse_spec_text(text.value(), path);
+}
+
+}  // namespace kiln::builders

@@ -1,0 +1,21 @@
+// A compile target: a backend and an architecture, written "cpu:x86-64-v3".
+// "cpu" alone means the running CPU's level, as detected.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "support/status.h"
+
+namespace kiln::builders {
+
+struct Target {
+  std::string backend;  // "cpu"
+  std::string arch;     // "x86-64-v3"
+  std::string str() const { return backend + ":" + arch; }
+  bool operator==(const Target&) const = default;
+};
+
+Result<Target> parse_target(std::string_view text);
+
+}  // namespace kiln::builders

@@ -1,0 +1,27 @@
+#include "jit/toolchain.h"
+
+namespace kiln::jit {
+
+const char* severity_name(Diagnostic::Severity s) {
+  switch (s) {
+    case Diagnostic::Severity::kNote: return "note";
+    case Diagnostic::Severity::kWarning: return "warning";
+    case Diagnostic::Severity::kError: return "error";
+    case Diagnostic::Severity::kFatal: return "fatal error";
+  }
+  return "error";
+}
+
+std::string Diagnostic::to_string() const {
+  std::string out;
+  if (!file.empty()) {
+    out += file;
+    if (line) out += ":" + std::to_string(line) + ":" + std::to_string(column);
+    out += ": ";
+  }
+  out += severity_name(severity);
+  out += ": " + message;
+  return out;
+}
+
+}  // namespace kiln::jit

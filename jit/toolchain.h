@@ -1,0 +1,69 @@
+// The small interface through which builders reach a compiler. Implementations live in
+// shared libraries loaded on the first cache miss (see toolchain_loader.h), so this header
+// must stay free of LLVM types.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "support/status.h"
+
+namespace kiln::jit {
+
+// One translation unit. `path` is absolute: it is where diagnostics point and where
+// relative #includes are resolved; `text` is what gets compiled (the bytes that were hashed
+// into the key, even if the file on disk changed since).
+struct SourceFile {
+  std::string path;
+  std::string text;
+};
+
+struct CompileRequest {
+  std::string language;      // "cpp"
+  std::string target;        // "cpu:x86-64-v3"
+  std::vector<SourceFile> sources;
+  std::vector<std::string> include_dirs;  // absolute
+  std::vector<std::string> defines;       // "NAME" or "NAME=VALUE"
+  std::vector<std::string> flags;         // extra compiler flags, already validated
+  std::string label;                      // "op vector_add", for messages
+};
+
+struct Diagnostic {
+  enum class Severity { kNote, kWarning, kError, kFatal };
+  Severity severity = Severity::kError;
+  std::string file;  // empty when the diagnostic has no location
+  unsigned line = 0, column = 0;
+  std::string message;
+
+  // "file:line:col: error: message", as a compiler prints it.
+  std::string to_string() const;
+};
+
+const char* severity_name(Diagnostic::Severity s);
+
+struct CompileResult {
+  bool success = false;
+  std::string artifact;   // the artifact's bytes (a host shared object for cpu targets)
+  std::string kind;       // "host-so"
+  std::vector<Diagnostic> diagnostics;
+  // Every file the compile read besides the sources themselves (absolute paths), as the
+  // compiler reported them: these enter the cache key.
+  std::vector<std::string> dependencies;
+  std::string log;        // the compiler's output, as text
+  double compile_ms = 0;
+};
+
+// Thread-safety: compile() may be called from several threads at once.
+class Toolchain {
+ public:
+  virtual ~Toolchain() = default;
+  // For people: "clang 22.1.8 (in-process, lld)". The key uses the loader's identity,
+  // which is computed from the library files without loading them.
+  virtual std::string version() const = 0;
+  virtual CompileResult compile(const CompileRequest& request) = 0;
+};
+
+}  // namespace kiln::jit
+
+// The symbol a toolchain library exports. Returns a toolchain that lives until exit.
+extern "C" kiln::jit::Toolchain* kiln_jit_clang_toolchain();

@@ -1,0 +1,146 @@
+#include "jit/toolchain_loader.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "support/file_util.h"
+
+namespace kiln::jit {
+namespace {
+
+constexpr const char* k_library_name = "libkiln_jit_clang.so";
+
+bool file_exists(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
+
+// The folder of the binary this code is linked into (the kiln program or a test).
+std::string own_binary_dir() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&own_binary_dir), &info) && info.dli_fname) {
+    return dirname_of(absolute_path(info.dli_fname));
+  }
+  return ".";
+}
+
+bool read_at(int fd, void* out, size_t size, off_t offset) {
+  return ::pread(fd, out, size, offset) == static_cast<ssize_t>(size);
+}
+
+std::string hex(const unsigned char* p, size_t n) {
+  static const char d[] = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += d[p[i] >> 4];
+    s += d[p[i] & 15];
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string clang_toolchain_library_path() {
+  if (const char* env = std::getenv("KILN_JIT_LIBRARY"); env && *env) return env;
+  std::string dir = own_binary_dir();
+  for (const std::string& candidate : {dir + "/../lib/" + k_library_name, dir + "/" + k_library_name,
+                                       dir + "/../lib/kiln/" + k_library_name}) {
+    if (file_exists(candidate)) return absolute_path(candidate);
+  }
+  return KILN_JIT_BUILD_PATH;
+}
+
+Result<std::string> elf_build_id(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status("open " + path, errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  Elf64_Ehdr eh{};
+  if (!read_at(fd, &eh, sizeof eh, 0) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64)
+    return invalid_argument(path + " is not a 64-bit ELF file");
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    if (!read_at(fd, &ph, sizeof ph, static_cast<off_t>(eh.e_phoff + i * sizeof ph))) break;
+    if (ph.p_type != PT_NOTE || ph.p_filesz > (1u << 20)) continue;
+    std::string notes(ph.p_filesz, '\0');
+    if (!read_at(fd, notes.data(), notes.size(), static_cast<off_t>(ph.p_offset))) continue;
+    size_t pos = 0;
+    while (pos + sizeof(Elf64_Nhdr) <= notes.size()) {
+      Elf64_Nhdr nh;
+      std::memcpy(&nh, notes.data() + pos, sizeof nh);
+      size_t name_at = pos + sizeof nh;
+      size_t desc_at = name_at + ((nh.n_namesz + 3) & ~3u);
+      size_t next = desc_at + ((nh.n_descsz + 3) & ~3u);
+      if (next > notes.size()) break;
+      if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && std::memcmp(notes.data() + name_at, "GNU", 4) == 0)
+        return hex(reinterpret_cast<const unsigned char*>(notes.data() + desc_at), nh.n_descsz);
+      pos = next;
+    }
+  }
+  return not_found(path + " has no GNU build id");
+}
+
+Result<std::string> clang_toolchain_identity() {
+  static std::once_flag once;
+  static Result<std::string> identity = not_found("");
+  std::call_once(once, [] {
+    std::string id = "clang-inproc;llvm=" KILN_LLVM_VERSION;
+    // What compiles: kiln's driver code (its build id changes when it does), Clang and LLVM.
+    for (const std::string& file : {clang_toolchain_library_path(), std::string(KILN_LIBCLANG_CPP_PATH),
+                                    std::string(KILN_LIBLLVM_PATH)}) {
+      if (file.empty()) {
+        identity = unavailable("kiln was built without the Clang toolchain (KILN_WITH_CLANG=OFF)");
+        return;
+      }
+      auto build_id = elf_build_id(file);
+      if (!build_id.ok()) {
+        identity = unavailable("the Clang toolchain is not usable: " + build_id.status().message() +
+                               " (set KILN_JIT_LIBRARY to libkiln_jit_clang.so, or rebuild kiln)");
+        return;
+      }
+      id += ";" + file.substr(file.find_last_of('/') + 1) + "=" + build_id.value();
+    }
+    identity = id;
+  });
+  return identity;
+}
+
+namespace {
+std::once_flag g_load_once;
+Toolchain* g_toolchain = nullptr;
+Status g_load_status;
+}  // namespace
+
+Result<Toolchain*> load_clang_toolchain() {
+  std::call_once(g_load_once, [] {
+    std::string path = clang_toolchain_library_path();
+    if (path.empty()) {
+      g_load_status = unavailable("kiln was built without the Clang toolchain (KILN_WITH_CLANG=OFF); cpu targets cannot be compiled here");
+      return;
+    }
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char* err = ::dlerror();
+      g_load_status = unavailable(std::string("cannot load the Clang toolchain from ") + path + ": " +
+                                  (err ? err : "dlopen failed") + " (set KILN_JIT_LIBRARY, or install llvm-22 and libclang-cpp22)");
+      return;
+    }
+    auto* create = reinterpret_cast<Toolchain* (*)()>(::dlsym(handle, "kiln_jit_clang_toolchain"));
+    if (!create) {
+      g_load_status = unavailable(path + " does not export kiln_jit_clang_toolchain");
+      return;
+    }
+    g_toolchain = create();
+  });
+  if (!g_toolchain) return g_load_status;
+  return g_toolchain;
+}
+
+bool clang_toolchain_loaded() { return g_toolchain != nullptr; }
+
+}  // namespace kiln::jit

@@ -1,0 +1,30 @@
+// Loads a toolchain library on first use and says what it will be called, without loading
+// it: the hit path needs the identity (it enters the key) but must not map libLLVM.
+#pragma once
+
+#include <string>
+
+#include "jit/toolchain.h"
+
+namespace kiln::jit {
+
+// Where the Clang toolchain library is: $KILN_JIT_LIBRARY, else beside the running
+// program's library folder, else the build tree it was built in.
+std::string clang_toolchain_library_path();
+
+// The Clang toolchain's identity, computed from the files that would compile: the ELF
+// build ids of libkiln_jit_clang, libclang-cpp and libLLVM (read, not loaded), and the
+// LLVM version it was built against. Cached after the first call.
+Result<std::string> clang_toolchain_identity();
+
+// dlopen()s the toolchain library once per process (thread-safe) and returns its toolchain,
+// or says what is missing and where it looked.
+Result<Toolchain*> load_clang_toolchain();
+
+// True once load_clang_toolchain() has loaded the library in this process.
+bool clang_toolchain_loaded();
+
+// The ELF build id (hex) of a file, read from its notes without loading it.
+Result<std::string> elf_build_id(const std::string& path);
+
+}  // namespace kiln::jit

@@ -1,0 +1,44 @@
+#include "runtime/host_cpu.h"
+
+namespace kiln::runtime {
+
+static int detect_level() {
+#if defined(__x86_64__)
+  // Feature lists from the x86-64 psABI micro-architecture levels. libgcc's checks include
+  // the OS's support for the AVX/AVX-512 register state (XCR0).
+  __builtin_cpu_init();
+  bool v2 = __builtin_cpu_supports("sse3") && __builtin_cpu_supports("ssse3") &&
+            __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("sse4.2") &&
+            __builtin_cpu_supports("popcnt");
+  bool v3 = v2 && __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") &&
+            __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+            __builtin_cpu_supports("fma") && __builtin_cpu_supports("movbe") &&
+            __builtin_cpu_supports("f16c") && __builtin_cpu_supports("lzcnt");
+  bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512vl");
+  return v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
+#else
+  return 0;
+#endif
+}
+
+int host_x86_level() {
+  static const int level = detect_level();
+  return level;
+}
+
+std::string x86_level_name(int level) {
+  if (level <= 1) return "x86-64";
+  return "x86-64-v" + std::to_string(level);
+}
+
+std::optional<int> parse_x86_level(std::string_view name) {
+  if (name == "x86-64") return 1;
+  if (name == "x86-64-v2") return 2;
+  if (name == "x86-64-v3") return 3;
+  if (name == "x86-64-v4") return 4;
+  return std::nullopt;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,20 @@
+// The instruction-set level of the running CPU, as the x86-64 psABI names them
+// (x86-64, x86-64-v2, -v3, -v4). A CPU target carries a level; the level enters the
+// cache key, and an artifact for a level the running CPU lacks is never loaded.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kiln::runtime {
+
+// 1 = baseline x86-64, 2..4 = x86-64-v2..v4.
+int host_x86_level();
+
+// "x86-64", "x86-64-v2", ...
+std::string x86_level_name(int level);
+// Inverse of x86_level_name; nullopt for anything else.
+std::optional<int> parse_x86_level(std::string_view name);
+
+}  // namespace kiln::runtime

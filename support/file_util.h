@@ -1,0 +1,32 @@
+// Small, careful file helpers shared by the cache, the spec parser and the CLI.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "support/status.h"
+
+namespace kiln {
+
+// Whole file into memory; a missing file is kNotFound, other failures kIoError.
+Result<std::string> read_file(const std::string& path);
+
+// Writes `bytes` to a temporary file in the same folder, fsyncs it and renames it over
+// `path`: a reader sees the old file or the whole new one, never a part (STYLE.md #13).
+Status write_file_atomic(const std::string& path, std::string_view bytes);
+
+// mkdir -p with `mode` for the folders it creates.
+Status make_dirs(const std::string& path, unsigned mode = 0700);
+
+// Lexically normalised absolute path ("a/./b/../c" -> "/cwd/a/c"); no symlinks resolved.
+std::string absolute_path(const std::string& path);
+
+// True when `path` (absolute, normalised) is `root` or lies under it.
+bool path_is_within(std::string_view path, std::string_view root);
+
+// `path` relative to `root`, when it lies within it.
+std::string relative_to(std::string_view path, std::string_view root);
+
+std::string dirname_of(const std::string& path);
+
+}  // namespace kiln

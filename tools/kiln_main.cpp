@@ -1,0 +1,335 @@
+// The kiln command line: build, run and warm ops (git/ccache-style subcommands).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "builders/ops.h"
+#include "builders/self_check.h"
+#include "jit/toolchain_loader.h"
+#include "support/file_util.h"
+#include "tools/cli_args.h"
+
+namespace kiln::tools {
+namespace {
+
+using builders::BuildOutcome;
+using builders::CacheOutcome;
+
+constexpr const char* k_main_help = R"(usage: kiln [--cache-dir DIR] <command> [options]
+
+kiln compiles kernel specs in-process and caches the artifacts by content.
+
+commands:
+  build SPEC      compile one spec (or find it in the cache) and print its key
+  run OP          load an op and run its self-check against the reference
+  warm            build every spec for a target and, with --check, self-check each
+  help [COMMAND]  show help for a command
+
+global options:
+  --cache-dir DIR   the cache folder (default: $KILN_CACHE_DIR, else
+                    $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)
+  -h, --help        show this help
+  --version         print kiln's version
+
+Exit status is 0 on success, 1 when the work failed, 2 for bad usage.
+)";
+
+constexpr const char* k_build_help = R"(usage: kiln build SPEC [--target T] [--json]
+
+Compiles the op described by the spec file SPEC for target T, or finds it in the cache,
+and prints the cache key, whether it was a hit, and the timings.
+
+options:
+  --target T   cpu (the running CPU's level, the default) or cpu:x86-64-v2 .. v4
+  --json       print one JSON object instead of text
+)";
+
+constexpr const char* k_run_help = R"(usage: kiln run OP [--target T] [--dim NAME=VALUE]... [--seed N] [--json]
+
+Loads op OP (compiling it on a cache miss) on the accelerator and runs its self-check:
+random inputs, one launch, the reference function on the same inputs, outputs compared.
+
+options:
+  --target T         target to load (default: the accelerator's native target)
+  --spec-dir DIR     look for OP.toml in DIR (repeatable; default $KILN_SPEC_PATH or
+                     the bundled specs)
+  --dim NAME=VALUE   override a problem size from the spec's [check] dims
+  --seed N           seed of the random inputs (default 1)
+  --json             print one JSON object instead of text
+)";
+
+constexpr const char* k_warm_help = R"(usage: kiln warm [--target T]... [--spec-dir DIR]... [--check] [--json]
+
+Builds every spec in the spec folders for each target, so that later runs only hit the
+cache, and prints a table: op, target, cache (hit/miss), compile ms, check.
+
+options:
+  --target T       a target to build for (repeatable; default: the accelerator's native)
+  --spec-dir DIR   a folder of specs (repeatable; default $KILN_SPEC_PATH or the bundled specs)
+  --check          also load each op and run its self-check (native targets only)
+  --json           print a JSON array instead of a table
+)";
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string fixed(double v, int digits = 1) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+bool progress_enabled() {
+  const char* env = std::getenv("KILN_PROGRESS");
+  return (env && *env == '1') || ::isatty(2);
+}
+
+int fail(const Status& st) {
+  std::cerr << "kiln: error: " << st.message() << "\n";
+  return 1;
+}
+
+int usage_error(const std::string& message, const char* help) {
+  std::cerr << "kiln: " << message << "\n\n" << help;
+  return 2;
+}
+
+Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir) {
+  builders::OpsOptions options;
+  options.cache_dir = cache_dir;
+  for (auto& d : args.all("--spec-dir")) options.spec_dirs.push_back(absolute_path(d));
+  return builders::Ops::create(options);
+}
+
+std::string cache_word(const BuildOutcome& o) { return o.cache == CacheOutcome::kCompiled ? "miss" : "hit"; }
+
+void print_warnings(const BuildOutcome& o) {
+  for (auto& w : o.warnings) std::cerr << "kiln: warning: " << w << "\n";
+}
+
+int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir) {
+  auto args = parse_args(argv, {"--target"}, {"--json", "--help", "-h"});
+  if (!args.ok()) return usage_error(args.status().message(), k_build_help);
+  if (args->has("--help") || args->has("-h")) return std::cout << k_build_help, 0;
+  if (args->positional.size() != 1) return usage_error("build takes one spec file", k_build_help);
+  auto spec = builders::parse_spec_file(args->positional[0]);
+  if (!spec.ok()) return fail(spec.status());
+  auto target = builders::parse_target(args->value("--target", "cpu"));
+  if (!target.ok()) return fail(target.status());
+  auto ops = make_ops(*args, cache_dir);
+  if (!ops.ok()) return fail(ops.status());
+  auto outcome = (*ops)->build(*spec, *target);
+  if (!outcome.ok()) return fail(outcome.status());
+  const BuildOutcome& o = *outcome;
+  print_warnings(o);
+  if (!o.success) {
+    std::cerr << o.diagnostics_text();
+    std::cerr << "kiln: error: op " << o.op << " does not compile for " << o.target << " (nothing was cached)\n";
+    if (args->has("--json"))
+      std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target)
+                << ",\"success\":false,\"compile_ms\":" << fixed(o.compile_ms, 3) << "}\n";
+    return 1;
+  }
+  if (args->has("--json")) {
+    std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target) << ",\"success\":true"
+              << ",\"key\":\"" << o.key.hex() << "\",\"cache\":\"" << cache_word(o) << "\",\"kind\":" << json_string(o.kind)
+              << ",\"size\":" << o.artifact.size() << ",\"compile_ms\":" << fixed(o.compile_ms, 3)
+              << ",\"total_ms\":" << fixed(o.total_ms, 3) << "}\n";
+  } else {
+    for (auto& d : o.diagnostics) std::cerr << d.to_string() << "\n";  // warnings
+    std::cout << "op       " << o.op << "\ntarget   " << o.target << "\nkey      " << o.key.hex() << "\ncache    "
+              << cache_word(o) << "\nartifact " << o.kind << ", " << o.artifact.size() << " bytes\ncompile  "
+              << fixed(o.compile_ms, 1) << " ms\ntotal    " << fixed(o.total_ms, 1) << " ms\n";
+  }
+  return 0;
+}
+
+int cmd_run(const std::vector<std::string>& argv, const std::string& cache_dir) {
+  auto args = parse_args(argv, {"--target", "--dim", "--seed", "--spec-dir"}, {"--json", "--help", "-h"});
+  if (!args.ok()) return usage_error(args.status().message(), k_run_help);
+  if (args->has("--help") || args->has("-h")) return std::cout << k_run_help, 0;
+  if (args->positional.size() != 1) return usage_error("run takes one op name", k_run_help);
+  builders::CheckOptions options;
+  for (auto& d : args->all("--dim")) {
+    auto eq = d.find('=');
+    char* end = nullptr;
+    long long v = eq == std::string::npos ? 0 : std::strtoll(d.c_str() + eq + 1, &end, 10);
+    if (eq == std::string::npos || eq == 0 || !end || *end || v < 0)
+      return usage_error("--dim expects NAME=VALUE with a non-negative integer, got '" + d + "'", k_run_help);
+    options.dims[d.substr(0, eq)] = v;
+  }
+  options.seed = std::strtoull(args->value("--seed", "1").c_str(), nullptr, 10);
+  auto ops = make_ops(*args, cache_dir);
+  if (!ops.ok()) return fail(ops.status());
+  auto op = (*ops)->get(args->positional[0], args->value("--target"));
+  if (!op.ok()) return fail(op.status());
+  auto report = builders::run_self_check(**op, options);
+  if (!report.ok()) return fail(report.status());
+  const BuildOutcome& o = (*op)->outcome();
+  if (args->has("--json")) {
+    std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target) << ",\"cache\":\""
+              << cache_word(o) << "\",\"compile_ms\":" << fixed(o.compile_ms, 3) << ",\"check\":\""
+              << (report->passed ? "ok" : "FAILED") << "\",\"message\":" << json_string(report->message)
+              << ",\"max_abs_error\":" << report->max_abs_error << ",\"kernel_ms\":" << fixed(report->kernel_ms, 3) << "}\n";
+  } else {
+    std::cout << o.op << " on " << o.target << " (" << (*op)->accelerator().device_name(0) << "): cache " << cache_word(o)
+              << ", " << report->grid << " blocks in " << fixed(report->kernel_ms, 2) << " ms: "
+              << (report->passed ? "ok" : "FAILED") << " (" << report->message << ")\n";
+  }
+  return report->passed ? 0 : 1;
+}
+
+int cmd_warm(const std::vector<std::string>& argv, const std::string& cache_dir) {
+  auto args = parse_args(argv, {"--target", "--spec-dir"}, {"--check", "--json", "--help", "-h"});
+  if (!args.ok()) return usage_error(args.status().message(), k_warm_help);
+  if (args->has("--help") || args->has("-h")) return std::cout << k_warm_help, 0;
+  if (!args->positional.empty()) return usage_error("warm takes no positional arguments", k_warm_help);
+  auto ops_result = make_ops(*args, cache_dir);
+  if (!ops_result.ok()) return fail(ops_result.status());
+  builders::Ops& ops = **ops_result;
+  std::vector<std::string> targets = args->all("--target");
+  if (targets.empty()) targets.push_back(ops.accelerator().native_target());
+  std::vector<std::string> files = ops.spec_files();
+  if (files.empty()) return fail(not_found("no specs (*.toml) in the spec folders"));
+
+  struct Row {
+    std::string op, target, cache, compile_ms, check;
+  };
+  std::vector<Row> rows;
+  bool all_ok = true;
+  size_t step = 0, steps = files.size() * targets.size();
+  for (auto& file : files) {
+    auto spec = builders::parse_spec_file(file);
+    for (auto& t : targets) {
+      ++step;
+      Row row{spec.ok() ? spec->name : file, t, "-", "-", "-"};
+      if (!spec.ok()) {
+        std::cerr << "kiln: error: " << spec.status().message() << "\n";
+        row.check = "BAD SPEC";
+        all_ok = false;
+        rows.push_back(row);
+        continue;
+      }
+      if (progress_enabled()) std::cerr << "[" << step << "/" << steps << "] " << spec->name << " for " << t << "\n";
+      auto target = builders::parse_target(t);
+      if (!target.ok()) return fail(target.status());
+      row.target = target->str();
+      auto outcome = ops.build(*spec, *target);
+      if (!outcome.ok()) {
+        std::cerr << "kiln: error: " << spec->name << ": " << outcome.status().message() << "\n";
+        row.check = "ERROR";
+        all_ok = false;
+        rows.push_back(row);
+        continue;
+      }
+      print_warnings(*outcome);
+      row.cache = cache_word(*outcome);
+      row.compile_ms = outcome->cache == CacheOutcome::kCompiled ? fixed(outcome->compile_ms) : "0.0";
+      if (!outcome->success) {
+        std::cerr << outcome->diagnostics_text();
+        row.check = "COMPILE ERROR";
+        all_ok = false;
+      } else if (args->has("--check")) {
+        if (!spec->check) {
+          row.check = "no check";
+        } else if (Status can = ops.accelerator().can_load("host-so", target->str()); !can.ok()) {
+          row.check = "not runnable here";
+        } else {
+          // The artifact is in the cache now: get() loads it from there.
+          auto op = ops.get(spec->name, target->str());
+          auto report = op.ok() ? builders::run_self_check(**op) : Result<builders::CheckReport>(op.status());
+          if (!report.ok()) {
+            std::cerr << "kiln: error: " << spec->name << ": " << report.status().message() << "\n";
+            row.check = "ERROR";
+            all_ok = false;
+          } else {
+            row.check = report->passed ? "ok" : "FAILED";
+            if (!report->passed) {
+              std::cerr << "kiln: " << spec->name << ": " << report->message << "\n";
+              all_ok = false;
+            }
+          }
+        }
+      }
+      rows.push_back(row);
+    }
+  }
+  if (args->has("--json")) {
+    std::cout << "[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      auto& r = rows[i];
+      std::cout << (i ? ",\n " : "") << "{\"op\":" << json_string(r.op) << ",\"target\":" << json_string(r.target)
+                << ",\"cache\":" << json_string(r.cache) << ",\"compile_ms\":" << (r.compile_ms == "-" ? "null" : r.compile_ms)
+                << ",\"check\":" << json_string(r.check) << "}";
+    }
+    std::cout << "]\n";
+  } else {
+    std::printf("%-16s %-16s %-6s %11s  %s\n", "op", "target", "cache", "compile ms", "check");
+    for (auto& r : rows)
+      std::printf("%-16s %-16s %-6s %11s  %s\n", r.op.c_str(), r.target.c_str(), r.cache.c_str(), r.compile_ms.c_str(),
+                  r.check.c_str());
+  }
+  return all_ok ? 0 : 1;
+}
+
+int run_main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string cache_dir;
+  size_t i = 0;
+  while (i < args.size() && args[i].size() > 1 && args[i][0] == '-') {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") return std::cout << k_main_help, 0;
+    if (a == "--version") return std::cout << "kiln 0.1.0\n", 0;
+    if (a == "--cache-dir" && i + 1 < args.size()) {
+      cache_dir = args[i + 1];
+      i += 2;
+    } else if (a.rfind("--cache-dir=", 0) == 0) {
+      cache_dir = a.substr(12);
+      ++i;
+    } else {
+      return usage_error("unknown option " + a, k_main_help);
+    }
+  }
+  if (i >= args.size()) return usage_error("no command given", k_main_help);
+  std::string command = args[i];
+  std::vector<std::string> rest(args.begin() + static_cast<long>(i) + 1, args.end());
+  if (command == "build") return cmd_build(rest, cache_dir);
+  if (command == "run") return cmd_run(rest, cache_dir);
+  if (command == "warm") return cmd_warm(rest, cache_dir);
+  if (command == "help") {
+    std::string topic = rest.empty() ? "" : rest[0];
+    if (topic == "build") return std::cout << k_build_help, 0;
+    if (topic == "run") return std::cout << k_run_help, 0;
+    if (topic == "warm") return std::cout << k_warm_help, 0;
+    if (topic.empty()) return std::cout << k_main_help, 0;
+    return usage_error("no help for '" + topic + "'", k_main_help);
+  }
+  return usage_error("unknown command '" + command + "'", k_main_help);
+}
+
+}  // namespace
+}  // namespace kiln::tools
+
+int main(int argc, char** argv) { return kiln::tools::run_main(argc, argv); }
