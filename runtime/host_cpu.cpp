@@ -1,5 +1,7 @@
 #include "runtime/host_cpu.h"
 
+#include <cstdlib>
+
 namespace kiln::runtime {
 
 static int detect_level() {
@@ -24,7 +26,15 @@ static int detect_level() {
 }
 
 int host_x86_level() {
-  static const int level = detect_level();
+  // KILN_CPU_LEVEL caps the detected level: build portable artifacts for a mixed cluster,
+  // or test on a v4 machine what a v3 machine does.
+  static const int level = [] {
+    int detected = detect_level();
+    if (const char* cap = std::getenv("KILN_CPU_LEVEL"); cap && *cap) {
+      if (auto l = parse_x86_level(cap); l && *l < detected) return *l;
+    }
+    return detected;
+  }();
   return level;
 }
 

@@ -9,7 +9,7 @@
 
 namespace kiln::runtime {
 
-// 1 = baseline x86-64, 2..4 = x86-64-v2..v4.
+// 1 = baseline x86-64, 2..4 = x86-64-v2..v4; capped by $KILN_CPU_LEVEL when that is lower.
 int host_x86_level();
 
 // "x86-64", "x86-64-v2", ...

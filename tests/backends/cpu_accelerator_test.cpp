@@ -1,0 +1,116 @@
+// The CPU backend on its own: worker pool, streams, events, module loading failures.
+// Launches of real compiled kernels are covered through the ops API (ops_test).
+#include "backends/cpu/cpu_accelerator.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+#include "runtime/host_cpu.h"
+#include "runtime/registry.h"
+
+namespace kiln::backends::cpu {
+namespace {
+
+void count_index(void* ctx, uint64_t i) { static_cast<std::atomic<uint32_t>*>(ctx)[i].fetch_add(1); }
+
+TEST(WorkerPoolTest, RunsEveryIndexExactlyOnce) {
+  for (unsigned threads : {0u, 1u, 3u}) {
+    WorkerPool pool(threads);
+    for (uint64_t n : {1ull, 2ull, 7ull, 1000ull, 100003ull}) {
+      std::vector<std::atomic<uint32_t>> hits(n);
+      pool.run(n, count_index, hits.data());
+      for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1u) << "threads " << threads << " n " << n << " i " << i;
+    }
+  }
+}
+
+TEST(WorkerPoolTest, ConcurrentCallersAreSerialisedSafely) {
+  WorkerPool pool(2);
+  std::vector<std::thread> callers;
+  std::atomic<uint64_t> total{0};
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&] {
+      for (int k = 0; k < 50; ++k)
+        pool.run(
+            97, [](void* ctx, uint64_t) { static_cast<std::atomic<uint64_t>*>(ctx)->fetch_add(1); }, &total);
+    });
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(total.load(), 4u * 50u * 97u);
+}
+
+TEST(CpuAcceleratorTest, IsRegisteredAndSelectedByName) {
+  auto acc = runtime::get_accelerator("cpu");
+  ASSERT_TRUE(acc.ok()) << acc.status().message();
+  EXPECT_EQ((*acc)->name(), "cpu");
+  EXPECT_EQ((*acc)->device_count(), 1);
+  EXPECT_FALSE((*acc)->device_name(0).empty());
+  auto missing = runtime::get_accelerator("no-such-backend");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("registered: "), std::string::npos);
+}
+
+TEST(CpuAcceleratorTest, SecondRegistrationOfANameIsRefused) {
+  runtime::BackendRegistration again{"cpu", 0, nullptr, [] { return Result<std::unique_ptr<runtime::Accelerator>>(
+                                                                    unavailable("never made")); }};
+  EXPECT_FALSE(runtime::register_backend(again).ok());
+}
+
+TEST(CpuAcceleratorTest, NativeTargetIsTheDetectedLevel) {
+  CpuAccelerator acc;
+  EXPECT_EQ(acc.native_target(), "cpu:" + runtime::x86_level_name(runtime::host_x86_level()));
+  EXPECT_TRUE(acc.can_load("host-so", acc.native_target()).ok());
+  EXPECT_TRUE(acc.can_load("host-so", "cpu:x86-64").ok());
+  EXPECT_FALSE(acc.can_load("cubin", "cuda:sm_90").ok());
+  EXPECT_FALSE(acc.can_load("host-so", "cpu:x86-64-v9").ok());
+}
+
+TEST(CpuAcceleratorTest, StreamRunsCopiesAndMemsetsInOrder) {
+  CpuAccelerator acc;
+  auto stream = acc.create_stream().value();
+  std::vector<int> a(1000, 1), b(1000, 0);
+  ASSERT_TRUE(stream->memset_async(a.data(), 0, a.size() * sizeof(int)).ok());
+  ASSERT_TRUE(stream->copy_async(b.data(), a.data(), a.size() * sizeof(int)).ok());
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(stream->memset_async(&a[i % 10], i & 0x7f, 1).ok());  // fills the ring
+  ASSERT_TRUE(stream->synchronize().ok());
+  for (int v : b) ASSERT_EQ(v, 0);
+}
+
+TEST(CpuAcceleratorTest, EventsMarkCompletionAcrossStreams) {
+  CpuAccelerator acc;
+  auto s1 = acc.create_stream().value(), s2 = acc.create_stream().value();
+  auto event = acc.create_event().value();
+  EXPECT_TRUE(event->query());  // never recorded
+  std::vector<char> src(1 << 24, 7), mid(1 << 24, 0), dst(1 << 24, 0);
+  ASSERT_TRUE(s1->copy_async(mid.data(), src.data(), src.size()).ok());
+  ASSERT_TRUE(s1->record(*event).ok());
+  ASSERT_TRUE(s2->wait(*event).ok());
+  ASSERT_TRUE(s2->copy_async(dst.data(), mid.data(), mid.size()).ok());
+  ASSERT_TRUE(s2->synchronize().ok());
+  EXPECT_TRUE(event->query());
+  EXPECT_EQ(dst[12345], 7);
+  EXPECT_EQ(dst.back(), 7);
+  ASSERT_TRUE(event->synchronize().ok());
+}
+
+TEST(CpuAcceleratorTest, AllocationsAreAlignedForVectors) {
+  CpuAccelerator acc;
+  for (size_t n : {1, 3, 64, 1000}) {
+    void* p = acc.allocate(n).value();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+    acc.deallocate(p);
+  }
+}
+
+TEST(CpuAcceleratorTest, BytesThatAreNotASharedObjectFailToLoadWithAReason) {
+  CpuAccelerator acc;
+  std::string junk = "definitely not ELF";
+  runtime::ModuleImage image{"host-so", acc.native_target(), junk, {}, "op junk"};
+  auto m = acc.load_module(image);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("cannot load op junk"), std::string::npos) << m.status().message();
+}
+
+}  // namespace
+}  // namespace kiln::backends::cpu

@@ -1,0 +1,182 @@
+// The ops API end to end: real specs, the real in-process compiler, a real cache folder,
+// kernels launched on the CPU accelerator and checked against their references.
+#include "builders/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <latch>
+#include <thread>
+
+#include "builders/self_check.h"
+#include "tests/test_util.h"
+
+namespace kiln::builders {
+namespace {
+
+std::unique_ptr<Ops> make_ops(const std::string& cache, std::vector<std::string> spec_dirs = {}) {
+  OpsOptions o;
+  o.cache_dir = cache;
+  o.spec_dirs = spec_dirs.empty() ? std::vector<std::string>{testing::bundled_spec_dir()} : spec_dirs;
+  auto ops = Ops::create(o);
+  EXPECT_TRUE(ops.ok()) << ops.status().message();
+  return std::move(ops).value();
+}
+
+TEST(OpsTest, MissThenHitFromDiskThenFromMemory) {
+  testing::TempDir cache;
+  auto first = make_ops(cache.path());
+  auto spec = first->find_spec("vector_add").value();
+  auto target = parse_target("cpu").value();
+  auto cold = first->build(spec, target).value();
+  ASSERT_TRUE(cold.success) << cold.diagnostics_text();
+  EXPECT_EQ(cold.cache, CacheOutcome::kCompiled);
+  EXPECT_GT(cold.compile_ms, 0);
+  EXPECT_EQ(first->compile_count(), 1u);
+
+  auto second = make_ops(cache.path());  // a fresh Ops: nothing in memory
+  auto warm = second->build(spec, target).value();
+  EXPECT_EQ(warm.cache, CacheOutcome::kDisk);
+  EXPECT_EQ(warm.key, cold.key);
+  EXPECT_EQ(warm.artifact, cold.artifact);
+  EXPECT_EQ(second->compile_count(), 0u);
+
+  auto a = second->get("vector_add").value();
+  auto b = second->get("vector_add").value();
+  EXPECT_EQ(a.get(), b.get());  // the second get is a map lookup
+  EXPECT_EQ(second->compile_count(), 0u);
+}
+
+struct SizeCase {
+  std::string op;
+  std::map<std::string, int64_t> dims;
+};
+
+TEST(OpsTest, EveryBundledOpMatchesItsReferenceAtSeveralSizes) {
+  testing::TempDir cache;
+  auto ops = make_ops(cache.path());
+  const std::vector<SizeCase> cases = {
+      {"vector_add", {{"n", 1}}},        {"vector_add", {{"n", 255}}},    {"vector_add", {{"n", 256}}},
+      {"vector_add", {{"n", 257}}},      {"vector_add", {{"n", 100003}}}, {"axpby", {{"n", 1}}},
+      {"axpby", {{"n", 511}}},           {"axpby", {{"n", 513}}},         {"axpby", {{"n", 77777}}},
+      {"row_softmax", {{"rows", 1}, {"cols", 1}}},  {"row_softmax", {{"rows", 3}, {"cols", 1000}}},
+      {"row_softmax", {{"rows", 257}, {"cols", 33}}}, {"sum_reduce", {{"n", 1}}}, {"sum_reduce", {{"n", 4095}}},
+      {"sum_reduce", {{"n", 4097}}},     {"sum_reduce", {{"n", 1000003}}},
+  };
+  for (const auto& c : cases) {
+    auto op = ops->get(c.op);
+    ASSERT_TRUE(op.ok()) << op.status().message();
+    for (uint64_t seed : {1, 2}) {
+      CheckOptions options{c.dims, seed};
+      auto report = run_self_check(**op, options);
+      ASSERT_TRUE(report.ok()) << report.status().message();
+      std::string dims;
+      for (auto& [k, v] : c.dims) dims += k + "=" + std::to_string(v) + " ";
+      EXPECT_TRUE(report->passed) << c.op << " " << dims << ": " << report->message;
+      EXPECT_GT(report->elements_compared, 0u);
+    }
+  }
+  // The defaults from the specs as well.
+  for (const char* name : {"vector_add", "axpby", "row_softmax", "sum_reduce"}) {
+    auto report = run_self_check(*ops->get(name).value());
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_TRUE(report->passed) << name << ": " << report->message;
+  }
+}
+
+TEST(OpsTest, ABrokenKernelFailsItsCheck) {
+  // The check must be able to fail: a kernel that skips the last element of every block.
+  testing::TempDir specs, cache;
+  testing::copy_bundled_specs(specs.path());
+  std::string src = testing::read_text(specs / "kernels/vector_add.cpp");
+  auto pos = src.find("i < r.end;");
+  ASSERT_NE(pos, std::string::npos);
+  src.replace(pos, 10, "i + 1 < r.end;");
+  specs.write("kernels/vector_add.cpp", src);
+  auto ops = make_ops(cache.path(), {specs.path()});
+  auto report = run_self_check(*ops->get("vector_add").value());
+  ASSERT_TRUE(report.ok());
+  EXPECT_FALSE(report->passed);
+  EXPECT_NE(report->message.find("out[255]"), std::string::npos) << report->message;
+}
+
+TEST(OpsTest, EightThreadsAskingAtOnceCompileOnce) {
+  testing::TempDir cache;
+  auto ops = make_ops(cache.path());
+  std::latch start(8);
+  std::vector<std::shared_ptr<LoadedOp>> got(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      auto op = ops->get("row_softmax");
+      if (op.ok()) got[t] = op.value();
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ops->compile_count(), 1u);
+  for (auto& g : got) {
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g.get(), got[0].get());
+  }
+}
+
+constexpr const char* k_broken_spec = R"(name = "broken"
+language = "cpp"
+sources = ["broken.cpp"]
+[[entry]]
+name = "broken"
+params = ["float* x", "int64_t n"]
+)";
+
+TEST(OpsTest, CompileErrorIsReportedWithItsLineAndCachesNothing) {
+  testing::TempDir specs, cache;
+  specs.write("broken.toml", k_broken_spec);
+  specs.write("broken.cpp",
+              "#include <kiln/cpu_kernel.h>\n"
+              "void broken(const kiln::cpu::Block& b, float* x, int64_t n) {\n"
+              "  x[0] = undeclared_name;\n"
+              "}\n");
+  auto ops = make_ops(cache.path(), {specs.path()});
+  auto outcome = ops->build(ops->find_spec("broken").value(), parse_target("cpu").value());
+  ASSERT_TRUE(outcome.ok());
+  EXPECT_FALSE(outcome->success);
+  ASSERT_FALSE(outcome->diagnostics.empty());
+  const auto& d = outcome->diagnostics[0];
+  EXPECT_EQ(d.file, specs / "broken.cpp");
+  EXPECT_EQ(d.line, 3u);
+  EXPECT_EQ(d.column, 10u);
+  EXPECT_EQ(d.severity, jit::Diagnostic::Severity::kError);
+  EXPECT_NE(d.message.find("undeclared_name"), std::string::npos);
+  EXPECT_NE(outcome->log.find("x[0] = undeclared_name;"), std::string::npos);  // printed like a compiler
+  EXPECT_EQ(ops->store().artifact_count().value(), 0u);
+
+  auto op = ops->get("broken");
+  ASSERT_FALSE(op.ok());
+  EXPECT_EQ(op.status().code(), StatusCode::kCompileError);
+  EXPECT_NE(op.status().message().find("broken.cpp:3:10: error:"), std::string::npos) << op.status().message();
+  EXPECT_EQ(ops->store().artifact_count().value(), 0u);
+}
+
+TEST(OpsTest, EntryWhoseSignatureDiffersFromTheSpecIsALinkError) {
+  testing::TempDir specs, cache;
+  specs.write("broken.toml", k_broken_spec);
+  // int n instead of the spec's int64_t n: a different function, so the entry is undefined.
+  specs.write("broken.cpp", "#include <kiln/cpu_kernel.h>\nvoid broken(const kiln::cpu::Block& b, float* x, int n) {}\n");
+  auto ops = make_ops(cache.path(), {specs.path()});
+  auto outcome = ops->build(ops->find_spec("broken").value(), parse_target("cpu").value()).value();
+  EXPECT_FALSE(outcome.success);
+  EXPECT_NE(outcome.diagnostics_text().find("undefined hidden symbol: broken("), std::string::npos)
+      << outcome.diagnostics_text();
+  EXPECT_EQ(ops->store().artifact_count().value(), 0u);
+}
+
+TEST(OpsTest, UnknownOpSaysWhereItLooked) {
+  testing::TempDir cache;
+  auto ops = make_ops(cache.path());
+  auto op = ops->get("no_such_op");
+  ASSERT_FALSE(op.ok());
+  EXPECT_EQ(op.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(op.status().message().find(testing::bundled_spec_dir()), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::builders

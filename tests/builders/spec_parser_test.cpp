@@ -1,0 +1,152 @@
+#include <gtest/gtest.h>
+
+#include "builders/spec.h"
+#include <filesystem>
+
+#include "tests/test_util.h"
+
+namespace kiln::builders {
+namespace {
+
+// A spec folder with one kernel source, and a valid spec text to break in each test.
+class SpecParserTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir.write("kernels/k.cpp", "void k(const kiln::cpu::Block&, float* x, int64_t n) {}\n");
+    dir.write("include/h.h", "\n");
+  }
+  Result<OpSpec> parse(const std::string& text) {
+    dir.write("op.toml", text);
+    return parse_spec_file(dir / "op.toml");
+  }
+  // Asserts a parse error at line:col whose message contains `what`.
+  void expect_error(const std::string& text, int line, int col, const std::string& what) {
+    auto r = parse(text);
+    ASSERT_FALSE(r.ok()) << "parsed:\n" << text;
+    std::string where = dir / "op.toml" + ":" + std::to_string(line) + ":" + std::to_string(col) + ": ";
+    EXPECT_EQ(r.status().message().rfind(where, 0), 0u) << r.status().message() << "\nexpected to start with " << where;
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().message();
+  }
+  testing::TempDir dir;
+};
+
+constexpr const char* k_valid = R"(name = "k"
+version = 3
+language = "cpp"
+sources = ["kernels/k.cpp"]
+include_dirs = ["include"]
+defines = ["A=1", "B"]
+flags = ["-ffast-math"]
+
+[[entry]]
+name = "k"
+params = ["float * x", "int64_t n"]
+)";
+
+TEST_F(SpecParserTest, ParsesAValidSpec) {
+  auto r = parse(k_valid);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->name, "k");
+  EXPECT_EQ(r->version, 3);
+  ASSERT_EQ(r->sources.size(), 1u);
+  EXPECT_EQ(r->sources[0].rel_path, "kernels/k.cpp");
+  EXPECT_EQ(r->sources[0].path, dir / "kernels/k.cpp");
+  EXPECT_EQ(r->include_dirs, std::vector<std::string>{dir / "include"});
+  ASSERT_EQ(r->entries.size(), 1u);
+  ASSERT_EQ(r->entries[0].params.size(), 2u);
+  EXPECT_EQ(r->entries[0].params[0].type, "float*");
+  EXPECT_TRUE(r->entries[0].params[0].is_pointer);
+  EXPECT_EQ(r->entries[0].params[1].size, 8u);
+  EXPECT_FALSE(r->check.has_value());
+}
+
+TEST_F(SpecParserTest, BundledSpecsAllParse) {
+  for (const char* op : {"vector_add", "axpby", "row_softmax", "sum_reduce"}) {
+    auto r = parse_spec_file(testing::bundled_spec_dir() + "/" + op + ".toml");
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->name, op);
+    EXPECT_TRUE(r->check.has_value());
+  }
+}
+
+TEST_F(SpecParserTest, MalformedTomlPointsAtTheError) {
+  expect_error("name = \"k\"\nlanguage = \"cpp\n", 2, 16, "invalid TOML");
+}
+
+TEST_F(SpecParserTest, UnknownKeyIsAnError) {
+  expect_error(std::string(k_valid) + "optimise = true\n", 12, 1, "unknown key 'optimise'");
+  expect_error(std::string(k_valid) + "[[entry]]\nname = \"j\"\nparams = []\nthreads = 4\n", 15, 1, "unknown key 'threads'");
+}
+
+TEST_F(SpecParserTest, MissingSourceFileIsAnError) {
+  expect_error("name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\", \"kernels/missing.cpp\"]\n", 3, 29,
+               "source file 'kernels/missing.cpp' not found");
+}
+
+TEST_F(SpecParserTest, SourceEscapingTheSpecFolderIsAnError) {
+  expect_error("name = \"k\"\nlanguage = \"cpp\"\nsources = [\"../outside.cpp\"]\n", 3, 12, "escapes the spec's folder");
+  expect_error("name = \"k\"\nlanguage = \"cpp\"\nsources = [\"/etc/passwd\"]\n", 3, 12, "must be relative");
+  expect_error("name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\"]\ninclude_dirs = [\"kernels/../..\"]\n", 4, 17,
+               "escapes the spec's folder");
+}
+
+TEST_F(SpecParserTest, SymlinkOutOfTheSpecFolderIsAnError) {
+  testing::TempDir outside;
+  outside.write("evil.cpp", "\n");
+  std::filesystem::create_symlink(outside / "evil.cpp", dir / "kernels/link.cpp");
+  expect_error("name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/link.cpp\"]\n", 3, 12, "escapes the spec's folder");
+}
+
+TEST_F(SpecParserTest, MissingRequiredKeysAreErrors) {
+  expect_error("language = \"cpp\"\nsources = [\"kernels/k.cpp\"]\n", 1, 1, "missing required key 'name'");
+  expect_error("name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\"]\n", 1, 1, "missing [[entry]]");
+}
+
+TEST_F(SpecParserTest, BadValuesAreErrors) {
+  expect_error("name = \"my op\"\n", 1, 8, "must be an identifier");
+  expect_error("name = \"k\"\nlanguage = \"fortran\"\n", 2, 12, "unknown language 'fortran'");
+  expect_error("name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\"]\nflags = [\"-o\", \"x\"]\n", 4, 10,
+               "flag '-o' is not allowed");
+  expect_error("name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\"]\nflags = [\"-march=native\"]\n", 4, 10,
+               "is not allowed");
+  expect_error("name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\"]\ndefines = [\"1X\"]\n", 4, 12,
+               "must be NAME or NAME=VALUE");
+}
+
+TEST_F(SpecParserTest, BadParametersAreErrors) {
+  std::string head = "name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\"]\n[[entry]]\nname = \"k\"\n";
+  expect_error(head + "params = [\"std::vector<float> v\"]\n", 6, 11, "unsupported parameter type");
+  expect_error(head + "params = [\"float** x\"]\n", 6, 11, "unsupported parameter type");
+  expect_error(head + "params = [\"float\"]\n", 6, 11, "must be a type followed by a name");
+  expect_error(head + "params = [\"void x\"]\n", 6, 11, "unsupported parameter type");
+  expect_error(head + "params = [\"int n\", \"float n\"]\n", 6, 20, "named twice");
+}
+
+TEST_F(SpecParserTest, CheckSectionIsValidated) {
+  std::string head = std::string(k_valid) + "\n[check]\ndims = { n = 100 }\nreference = \"k_ref\"\n";
+  auto ok = parse(head + "grid = \"cdiv(n, block)\"\nbuffers = [{ name = \"x\", type = \"float\", count = \"n\", output = true }]\n"
+                         "args = [\"x\", \"n\"]\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->check->dims.at("n"), 100);
+  EXPECT_EQ(ok->check->block, 256u);
+
+  expect_error(head + "grid = \"cdiv(m, block)\"\n", 16, 8, "unknown name 'm'");
+  expect_error(head + "grid = \"n\"\nbuffers = [{ name = \"x\", type = \"float\", count = \"n\" }]\nargs = [\"x\"]\n", 18, 8,
+               "check.args has 1 items");
+  expect_error(head + "grid = \"n\"\nbuffers = [{ name = \"x\", type = \"float\", count = \"n\" }]\nargs = [\"n\", \"x\"]\n", 18,
+               9, "needs a buffer name");
+  expect_error(head + "grid = \"n\"\nbuffers = [{ name = \"x\", type = \"string\", count = \"n\" }]\n", 17, 33,
+               "buffer type 'string'");
+}
+
+TEST_F(SpecParserTest, InlineSourcesNeedAFileName) {
+  auto r = parse("name = \"k\"\nlanguage = \"cpp\"\nsources = [{ name = \"k.cpp\", code = \"void f() {}\" }]\n"
+                 "[[entry]]\nname = \"k\"\nparams = []\n");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->sources[0].path, dir / "k.cpp");
+  EXPECT_EQ(*r->sources[0].inline_text, "void f() {}");
+  expect_error("name = \"k\"\nlanguage = \"cpp\"\nsources = [{ name = \"../k.cpp\", code = \"x\" }]\n", 3, 21, "without folders");
+}
+
+}  // namespace
+}  // namespace kiln::builders

@@ -1,0 +1,128 @@
+// The kiln command as a user runs it: exit codes, help, the warm table, errors with
+// positions, keys that agree across processes and cache folders.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+using testing::run_process;
+
+std::vector<std::string> kiln(std::initializer_list<std::string> args) {
+  std::vector<std::string> argv{testing::kiln_binary()};
+  argv.insert(argv.end(), args);
+  return argv;
+}
+
+TEST(CliTest, HelpForEveryCommand) {
+  auto top = run_process(kiln({"--help"}));
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_NE(top.out.find("usage: kiln"), std::string::npos);
+  for (const char* cmd : {"build", "run", "warm"}) {
+    auto r = run_process(kiln({cmd, "--help"}));
+    EXPECT_EQ(r.exit_code, 0) << cmd;
+    EXPECT_NE(r.out.find(std::string("usage: kiln ") + cmd), std::string::npos) << r.out;
+  }
+}
+
+TEST(CliTest, BadUsageExitsWithTwo) {
+  EXPECT_EQ(run_process(kiln({"frobnicate"})).exit_code, 2);
+  EXPECT_EQ(run_process(kiln({})).exit_code, 2);
+  auto r = run_process(kiln({"build", "--target"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--target needs a value"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, WarmTwiceSecondRunIsAllHits) {
+  testing::TempDir cache;
+  auto first = run_process(kiln({"--cache-dir", cache.path(), "warm", "--check"}));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  auto second = run_process(kiln({"--cache-dir", cache.path(), "warm", "--check"}));
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  for (const char* op : {"vector_add", "axpby", "row_softmax", "sum_reduce"}) {
+    std::regex miss_row(std::string(op) + " +cpu:x86-64[-v0-9]* +miss +[0-9.]+ +ok");
+    std::regex hit_row(std::string(op) + " +cpu:x86-64[-v0-9]* +hit +0\\.0 +ok");
+    EXPECT_TRUE(std::regex_search(first.out, miss_row)) << first.out;
+    EXPECT_TRUE(std::regex_search(second.out, hit_row)) << second.out;
+  }
+  EXPECT_EQ(second.out.find("miss"), std::string::npos);
+}
+
+TEST(CliTest, KeyIsTheSameInAnotherProcessAndCacheFolder) {
+  testing::TempDir c1, c2;
+  std::string spec = testing::bundled_spec_dir() + "/axpby.toml";
+  auto a = run_process(kiln({"--cache-dir", c1.path(), "build", spec, "--json"}));
+  auto b = run_process(kiln({"--cache-dir", c2.path(), "build", spec, "--json"}));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  std::regex key("\"key\":\"([0-9a-f]{32})\"");
+  std::smatch ma, mb;
+  ASSERT_TRUE(std::regex_search(a.out, ma, key)) << a.out;
+  ASSERT_TRUE(std::regex_search(b.out, mb, key)) << b.out;
+  EXPECT_EQ(ma[1], mb[1]);
+  EXPECT_NE(a.out.find("\"cache\":\"miss\""), std::string::npos);
+  auto again = run_process(kiln({"--cache-dir", c1.path(), "build", spec, "--json"}));
+  EXPECT_NE(again.out.find("\"cache\":\"hit\""), std::string::npos) << again.out;
+}
+
+TEST(CliTest, BadSpecPrintsFileLineColumn) {
+  testing::TempDir specs, cache;
+  specs.write("bad.toml", "name = \"bad\"\nlanguage = \"cpp\"\nsources = [\"nowhere.cpp\"]\n");
+  auto r = run_process(kiln({"--cache-dir", cache.path(), "build", specs / "bad.toml"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(specs / "bad.toml" + ":3:12: source file 'nowhere.cpp' not found"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, CompileErrorPrintsLikeACompilerAndExitsOne) {
+  testing::TempDir specs, cache;
+  specs.write("bad.toml", "name = \"bad\"\nlanguage = \"cpp\"\nsources = [\"bad.cpp\"]\n[[entry]]\nname = \"bad\"\nparams = []\n");
+  specs.write("bad.cpp", "#include <kiln/cpu_kernel.h>\nvoid bad(const kiln::cpu::Block&) {\n  return 1 +;\n}\n");
+  auto r = run_process(kiln({"--cache-dir", cache.path(), "build", specs / "bad.toml"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(specs / "bad.cpp" + ":3:13: error: expected expression"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nothing was cached"), std::string::npos);
+}
+
+TEST(CliTest, ArtifactForALevelTheCpuLacksIsRefusedNotRun) {
+  testing::TempDir cache;
+  // KILN_CPU_LEVEL makes this CPU report baseline x86-64; the op is asked for at v2.
+  auto r = run_process(kiln({"--cache-dir", cache.path(), "run", "vector_add", "--target", "cpu:x86-64-v2"}),
+                       {{"KILN_CPU_LEVEL", "x86-64"}});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("artifact built for x86-64-v2, but this CPU supports only x86-64"), std::string::npos) << r.err;
+  // Building it (ahead of time, for another machine) is fine.
+  auto b = run_process(kiln({"--cache-dir", cache.path(), "build", testing::bundled_spec_dir() + "/vector_add.toml",
+                             "--target", "cpu:x86-64-v2"}),
+                       {{"KILN_CPU_LEVEL", "x86-64"}});
+  EXPECT_EQ(b.exit_code, 0) << b.err;
+}
+
+TEST(CliTest, RunChecksAnOpAtTheGivenSize) {
+  testing::TempDir cache;
+  auto r = run_process(kiln({"--cache-dir", cache.path(), "run", "row_softmax", "--dim", "rows=5", "--dim", "cols=3"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("5 blocks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(": ok (15 elements within tolerance)"), std::string::npos) << r.out;
+  auto bad = run_process(kiln({"--cache-dir", cache.path(), "run", "row_softmax", "--dim", "depth=5"}));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("no dim named 'depth'"), std::string::npos) << bad.err;
+}
+
+TEST(CliTest, ColdBuildStartsNoCompilerOrLinkerProcess) {
+  if (::system("strace -V > /dev/null 2>&1") != 0) GTEST_SKIP() << "strace is not installed (scripts/setup installs it)";
+  testing::TempDir cache, trace;
+  auto r = run_process({"strace", "-f", "-e", "trace=execve", "-o", trace / "log", testing::kiln_binary(), "--cache-dir",
+                        cache.path(), "build", testing::bundled_spec_dir() + "/row_softmax.toml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NE(r.out.find("cache    miss"), std::string::npos) << r.out;
+  std::string log = testing::read_text(trace / "log");
+  size_t execs = 0;
+  for (size_t pos = 0; (pos = log.find("execve(", pos)) != std::string::npos; ++pos) ++execs;
+  EXPECT_EQ(execs, 1u) << "only kiln itself may be executed:\n" << log;
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,42 @@
+// Helpers for tests: real temporary folders, real files, real child processes.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln::testing {
+
+// A fresh folder under $TMPDIR (or /tmp), removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return m_path; }
+  std::string operator/(const std::string& rel) const { return m_path + "/" + rel; }
+  // Writes `content` to path()/rel, creating folders.
+  void write(const std::string& rel, const std::string& content) const;
+
+ private:
+  std::string m_path;
+};
+
+// Copies the bundled specs/ tree into `dst` (so a test may edit it).
+void copy_bundled_specs(const std::string& dst);
+std::string bundled_spec_dir();
+std::string read_text(const std::string& path);
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs argv[0] with the extra environment variables, waits, captures stdout and stderr.
+ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+
+// The kiln binary built alongside the tests.
+std::string kiln_binary();
+
+}  // namespace kiln::testing
