@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "builders/file_hash_cache.h"
 #include "cache/cache_key.h"
 #include "kiln/cpu_kernel.h"
 #include "support/file_util.h"
@@ -177,9 +178,9 @@ std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<Mani
   std::vector<ManifestEntry> out;
   out.reserve(manifest.size());
   for (auto& e : manifest) {
-    auto text = read_file(path_for(e.label, spec));
-    if (!text.ok()) return std::nullopt;
-    out.push_back({e.label, xxh3_128(text.value())});
+    auto hash = hash_file_cached(path_for(e.label, spec));
+    if (!hash.ok()) return std::nullopt;
+    out.push_back({e.label, hash.value()});
   }
   return out;
 }
@@ -192,9 +193,9 @@ Result<std::vector<ManifestEntry>> manifest_from_dependencies(const std::vector<
   for (auto& dep : deps) {
     std::string abs = absolute_path(dep);
     if (sources.count(abs) || !seen.insert(abs).second) continue;
-    auto text = read_file(abs);
-    if (!text.ok()) return Status(StatusCode::kIoError, "cannot hash header " + abs + " that the compiler read: " + text.status().message());
-    out.push_back({label_for(abs, *r.spec), xxh3_128(text.value())});
+    auto hash = hash_file_cached(abs);
+    if (!hash.ok()) return Status(StatusCode::kIoError, "cannot hash header " + abs + " that the compiler read: " + hash.status().message());
+    out.push_back({label_for(abs, *r.spec), hash.value()});
   }
   // Sorted, so the key does not depend on the order the compiler happened to read them in.
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.label < b.label; });

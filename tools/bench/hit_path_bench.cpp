@@ -1,0 +1,88 @@
+// What an op costs in a resident process, from the fastest tier to a compile:
+//   memory hit   Ops::get of an op already loaded (a hash-map lookup under a mutex)
+//   disk hit     Ops::build: input key, manifest lookup, re-hash of the headers, index
+//                lookup, blob read, zstd decode, hash check
+//   disk + load  the same plus dlopen of the artifact from a memfd
+//   compile      the in-process Clang + lld compile of the same op, warm
+// Run: build/bin/kiln_bench (or tools/bench/run for this and the whole-process figures).
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "builders/ops.h"
+#include "jit/toolchain_loader.h"
+
+namespace kiln::builders {
+namespace {
+
+struct Fixture {
+  std::string cache_dir;
+  std::unique_ptr<Ops> ops;
+  OpSpec spec;
+  Target target;
+
+  Fixture() {
+    char pattern[] = "/tmp/kiln-bench-XXXXXX";
+    cache_dir = ::mkdtemp(pattern);
+    OpsOptions o;
+    o.cache_dir = cache_dir;
+    ops = Ops::create(o).value();
+    spec = ops->find_spec("vector_add").value();
+    target = parse_target("cpu").value();
+    if (!ops->build(spec, target).value().success) std::abort();  // fills the cache
+  }
+  ~Fixture() {
+    std::error_code ec;
+    std::filesystem::remove_all(cache_dir, ec);
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+void BM_MemoryHit(benchmark::State& state) {
+  auto& f = fixture();
+  auto first = f.ops->get("vector_add").value();
+  for (auto _ : state) benchmark::DoNotOptimize(f.ops->get("vector_add").value().get());
+}
+BENCHMARK(BM_MemoryHit);
+
+void BM_DiskHit(benchmark::State& state) {
+  auto& f = fixture();
+  for (auto _ : state) {
+    auto outcome = f.ops->build(f.spec, f.target).value();
+    if (outcome.cache != CacheOutcome::kDisk) state.SkipWithError("not a disk hit");
+    benchmark::DoNotOptimize(outcome.artifact.data());
+  }
+}
+BENCHMARK(BM_DiskHit)->Unit(benchmark::kMicrosecond);
+
+void BM_DiskHitAndLoad(benchmark::State& state) {
+  auto& f = fixture();
+  for (auto _ : state) {
+    auto outcome = f.ops->build(f.spec, f.target).value();
+    runtime::ModuleImage image{outcome.kind, outcome.target, outcome.artifact, outcome.kernels, "op vector_add"};
+    auto module = f.ops->accelerator().load_module(image).value();
+    benchmark::DoNotOptimize(module.get());
+  }
+}
+BENCHMARK(BM_DiskHitAndLoad)->Unit(benchmark::kMicrosecond);
+
+void BM_WarmCompile(benchmark::State& state) {
+  auto& f = fixture();
+  auto request = make_build_request(f.spec, f.target).value();
+  auto* toolchain = jit::load_clang_toolchain().value();
+  for (auto _ : state) {
+    auto result = toolchain->compile(request.compile);
+    if (!result.success) state.SkipWithError("compile failed");
+  }
+}
+BENCHMARK(BM_WarmCompile)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+}  // namespace
+}  // namespace kiln::builders
+
+BENCHMARK_MAIN();
