@@ -68,6 +68,10 @@ Result<std::string> decode_blob(std::string_view file) {
     if (raw_size != stored_size) return damaged("size mismatch in an uncompressed blob");
     content.assign(payload);
   } else if (codec == k_codec_zstd) {
+    // The frame records its own content size: check it against the header before
+    // allocating, so a damaged size field cannot make us allocate and zero gigabytes.
+    unsigned long long frame_size = ZSTD_getFrameContentSize(payload.data(), payload.size());
+    if (frame_size != raw_size) return damaged("zstd frame size does not match the header");
     content.resize(raw_size);
     size_t n = ZSTD_decompress(content.data(), content.size(), payload.data(), payload.size());
     if (ZSTD_isError(n)) return damaged(std::string("zstd: ") + ZSTD_getErrorName(n));

@@ -71,6 +71,15 @@ TEST_F(SpecParserTest, BundledSpecsAllParse) {
 
 TEST_F(SpecParserTest, MalformedTomlPointsAtTheError) {
   expect_error("name = \"k\"\nlanguage = \"cpp\n", 2, 16, "invalid TOML");
+  // A NUL inside a table header crashed toml++ 3.3 (found by the spec fuzzer).
+  expect_error(std::string("name = \"k\"\n[[\0\0enr update, ", 17), 2, 3, "NUL byte");
+  // Non-ASCII reached __builtin_unreachable() in toml++ 3.3's whitespace tables: specs are
+  // ASCII, and escapes still give any character.
+  expect_error("name = \"k\"\n\xef\xbb\xb7 = 1\n", 2, 1, "a spec must be ASCII");
+  expect_error("name = \"k\" # \xc2\xb5s\n", 1, 14, "a spec must be ASCII");
+  auto escaped = parse("description = \"\\u00b5s\"\n" + std::string(k_valid));
+  ASSERT_TRUE(escaped.ok()) << escaped.status().message();
+  EXPECT_EQ(escaped->description, "\xc2\xb5s");
 }
 
 TEST_F(SpecParserTest, UnknownKeyIsAnError) {
