@@ -88,26 +88,38 @@ sqlite3_stmt* Store::prepare(const char* sql) {
 
 Status Store::init_schema() {
   sqlite3_busy_timeout(m_db, 10000);
+  // A process that only reads should not write or sync anything on open or close: no
+  // checkpoint when the last connection closes (the next writer's auto-checkpoint does it),
+  // and the schema is created only when it is missing.
+  sqlite3_db_config(m_db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   KILN_RETURN_IF_ERROR(exec("PRAGMA journal_mode=WAL"));
   // NORMAL in WAL mode: a power loss may drop the last commits, never corrupt the index;
   // blobs are fsynced before their row is written, so a surviving row has a whole blob.
   KILN_RETURN_IF_ERROR(exec("PRAGMA synchronous=NORMAL"));
-  KILN_RETURN_IF_ERROR(exec(
-      "CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;"
-      "CREATE TABLE IF NOT EXISTS artifacts("
-      "  key BLOB PRIMARY KEY, op TEXT NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL,"
-      "  size INTEGER NOT NULL, stored_size INTEGER NOT NULL, content_hash BLOB NOT NULL,"
-      "  toolchain TEXT NOT NULL, entry_points TEXT NOT NULL, created INTEGER NOT NULL,"
-      "  last_used INTEGER NOT NULL, hits INTEGER NOT NULL DEFAULT 0, compile_ms REAL NOT NULL,"
-      "  log TEXT NOT NULL) WITHOUT ROWID;"
-      "CREATE INDEX IF NOT EXISTS artifacts_by_op ON artifacts(op, target);"
-      "CREATE TABLE IF NOT EXISTS manifests("
-      "  input_key BLOB PRIMARY KEY, op TEXT NOT NULL, body BLOB NOT NULL, created INTEGER NOT NULL) WITHOUT ROWID;"
-      "INSERT OR IGNORE INTO meta(name, value) VALUES('schema_version', '1');"));
-  sqlite3_stmt* s = prepare("SELECT value FROM meta WHERE name = 'schema_version'");
-  if (!s) return sqlite_error(m_db, "read schema version");
-  Reset reset{s};
-  int version = sqlite3_step(s) == SQLITE_ROW ? std::atoi(column_text(s, 0).c_str()) : 0;
+  int version = 0;
+  if (sqlite3_stmt* s = prepare("SELECT value FROM meta WHERE name = 'schema_version'")) {
+    Reset reset{s};
+    if (sqlite3_step(s) == SQLITE_ROW) version = std::atoi(column_text(s, 0).c_str());
+  }
+  if (version == 0) {
+    for (auto& [_, s] : m_statements) sqlite3_finalize(s);
+    m_statements.clear();
+    KILN_RETURN_IF_ERROR(exec(
+        "BEGIN IMMEDIATE;"
+        "CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;"
+        "CREATE TABLE IF NOT EXISTS artifacts("
+        "  key BLOB PRIMARY KEY, op TEXT NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL,"
+        "  size INTEGER NOT NULL, stored_size INTEGER NOT NULL, content_hash BLOB NOT NULL,"
+        "  toolchain TEXT NOT NULL, entry_points TEXT NOT NULL, created INTEGER NOT NULL,"
+        "  last_used INTEGER NOT NULL, hits INTEGER NOT NULL DEFAULT 0, compile_ms REAL NOT NULL,"
+        "  log TEXT NOT NULL) WITHOUT ROWID;"
+        "CREATE INDEX IF NOT EXISTS artifacts_by_op ON artifacts(op, target);"
+        "CREATE TABLE IF NOT EXISTS manifests("
+        "  input_key BLOB PRIMARY KEY, op TEXT NOT NULL, body BLOB NOT NULL, created INTEGER NOT NULL) WITHOUT ROWID;"
+        "INSERT OR IGNORE INTO meta(name, value) VALUES('schema_version', '1');"
+        "COMMIT;"));
+    version = k_index_schema_version;
+  }
   if (version > k_index_schema_version)
     return unavailable("the cache index in " + m_root + " has schema version " + std::to_string(version) +
                        ", newer than this kiln understands (" + std::to_string(k_index_schema_version) +
