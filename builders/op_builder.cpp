@@ -124,10 +124,21 @@ static std::string include_label(const std::string& dir, const OpSpec& spec) {
   return path_is_within(dir, spec.spec_dir) ? "spec:" + relative_to(dir, spec.spec_dir) : dir;
 }
 
-Hash128 input_key(const BuildRequest& r, const std::string& toolchain_identity) {
+const std::vector<std::string>& environment_in_key() {
+  // Read by Clang's driver (include search, option overrides, tool lookup) or by kiln's
+  // own compile setup. KILN_CPU_LEVEL is not here: it changes the target, which is.
+  static const std::vector<std::string> k_vars = {
+      "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "OBJCPLUS_INCLUDE_PATH",
+      "CCC_OVERRIDE_OPTIONS", "COMPILER_PATH", "GCC_EXEC_PREFIX", "SOURCE_DATE_EPOCH", "KILN_CPU_INCLUDE_DIR"};
+  return k_vars;
+}
+
+KeyParts input_key(const BuildRequest& r, const std::string& toolchain_identity) {
   const OpSpec& spec = *r.spec;
   cache::KeyBuilder k("input");
   k.add("toolchain", toolchain_identity);
+  for (auto& var : environment_in_key())
+    if (const char* v = std::getenv(var.c_str())) k.add("env:" + var, v);
   k.add("target", r.target.str());
   k.add("language", spec.language);
   // Options the toolchain adds itself (-O3, -std=c++20, -fPIC) are part of its identity: the
@@ -143,10 +154,11 @@ Hash128 input_key(const BuildRequest& r, const std::string& toolchain_identity) 
   for (auto& e : spec.entries)
     for (auto& p : e.params) k.add("param", e.name + "." + p.name + ":" + p.type);
   for (size_t i = 0; i < r.compile.sources.size(); ++i) {
-    k.add("source", label_for(r.compile.sources[i].path, spec));
-    k.add("source-text", r.compile.sources[i].text);
+    std::string label = label_for(r.compile.sources[i].path, spec);
+    k.add("source", label);
+    k.add("source-text:" + label, r.compile.sources[i].text);
   }
-  return k.finish();
+  return {k.finish(), k.components()};
 }
 
 std::string encode_manifest(const std::vector<ManifestEntry>& entries) {
@@ -202,14 +214,76 @@ Result<std::vector<ManifestEntry>> manifest_from_dependencies(const std::vector<
   return out;
 }
 
-Hash128 artifact_key(const Hash128& input, const std::vector<ManifestEntry>& headers) {
+KeyParts artifact_key(const KeyParts& input, const std::vector<ManifestEntry>& headers) {
   cache::KeyBuilder k("artifact");
-  k.add("input", input);
+  k.add("input", input.key);
   for (auto& h : headers) {
     k.add("header", h.label);
-    k.add("header-content", h.hash);
+    k.add("header-content:" + h.label, h.hash);
   }
-  return k.finish();
+  KeyParts out{k.finish(), input.components};
+  for (auto& h : headers) out.components.emplace_back("header-content:" + h.label, h.hash.hex());
+  return out;
+}
+
+static std::string escape_field(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else out += c;
+  }
+  return out;
+}
+
+static std::string unescape_field(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      char n = s[++i];
+      out += n == 'n' ? '\n' : n == 't' ? '\t' : n;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::string encode_diagnostics(const std::vector<jit::Diagnostic>& diagnostics) {
+  std::string out;
+  for (auto& d : diagnostics)
+    out += std::to_string(static_cast<int>(d.severity)) + "\t" + escape_field(d.file) + "\t" + std::to_string(d.line) +
+           "\t" + std::to_string(d.column) + "\t" + escape_field(d.message) + "\n";
+  return out;
+}
+
+Result<std::vector<jit::Diagnostic>> decode_diagnostics(std::string_view text) {
+  std::vector<jit::Diagnostic> out;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    if (nl == std::string_view::npos) return Status(StatusCode::kDataLoss, "unterminated diagnostic in the cache");
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl + 1);
+    std::vector<std::string_view> f;
+    size_t start = 0;
+    for (size_t i = 0; i <= line.size(); ++i)
+      if (i == line.size() || line[i] == '\t') {
+        f.push_back(line.substr(start, i - start));
+        start = i + 1;
+      }
+    if (f.size() != 5) return Status(StatusCode::kDataLoss, "malformed diagnostic in the cache");
+    jit::Diagnostic d;
+    int sev = std::atoi(std::string(f[0]).c_str());
+    if (sev < 0 || sev > 3) return Status(StatusCode::kDataLoss, "bad diagnostic severity in the cache");
+    d.severity = static_cast<jit::Diagnostic::Severity>(sev);
+    d.file = unescape_field(f[1]);
+    d.line = static_cast<unsigned>(std::strtoul(std::string(f[2]).c_str(), nullptr, 10));
+    d.column = static_cast<unsigned>(std::strtoul(std::string(f[3]).c_str(), nullptr, 10));
+    d.message = unescape_field(f[4]);
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 std::string encode_kernels(const std::vector<runtime::KernelSignature>& kernels) {

@@ -36,7 +36,15 @@ std::string cpu_device_include_dir();
 // Keys. The input key covers everything known before compiling: toolchain identity, target,
 // language, options, entry points and every source (paths relative to the spec's folder).
 // The artifact key adds the content of every header the compile read, from the manifest.
-Hash128 input_key(const BuildRequest& request, const std::string& toolchain_identity);
+struct KeyParts {
+  Hash128 key;
+  std::vector<std::pair<std::string, std::string>> components;  // for `kiln cache explain`
+};
+KeyParts input_key(const BuildRequest& request, const std::string& toolchain_identity);
+
+// Environment variables that can change what the compiler reads or emits. Those set enter
+// the input key; every other variable is documented (README) as not affecting artifacts.
+const std::vector<std::string>& environment_in_key();
 
 // A manifest lists the headers a compile read, one "label\thash" line each. A label is
 // "spec:<path relative to the spec's folder>", "kiln:<path relative to kiln's device
@@ -56,7 +64,11 @@ std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<Mani
 // From a compile's dependency list (sources excluded), with the files' current hashes.
 Result<std::vector<ManifestEntry>> manifest_from_dependencies(const std::vector<std::string>& deps,
                                                               const BuildRequest& request);
-Hash128 artifact_key(const Hash128& input_key, const std::vector<ManifestEntry>& headers);
+KeyParts artifact_key(const KeyParts& input, const std::vector<ManifestEntry>& headers);
+
+// Diagnostics of a failed compile, as stored in the cache ("compile-error" artifacts).
+std::string encode_diagnostics(const std::vector<jit::Diagnostic>& diagnostics);
+Result<std::vector<jit::Diagnostic>> decode_diagnostics(std::string_view text);
 
 // Kernel signatures as stored with an artifact: "name:8,8,8,8;name2:..."
 std::string encode_kernels(const std::vector<runtime::KernelSignature>& kernels);

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <set>
 
+#include "cache/cache_key.h"
+#include "cache/key_lock.h"
 #include "jit/toolchain_loader.h"
 #include "runtime/registry.h"
 #include "support/file_util.h"
@@ -41,6 +43,10 @@ Result<runtime::Kernel*> LoadedOp::kernel(std::string_view name) const {
   return m_module->kernel(name);
 }
 
+Ops::~Ops() {
+  if (m_store && m_memory_hits.load()) m_store->count(cache::Counter::kHitsMemory, static_cast<int64_t>(m_memory_hits.load()));
+}
+
 std::string Ops::bundled_spec_dir() { return KILN_BUNDLED_SPEC_DIR; }
 
 Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
@@ -61,9 +67,22 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
       ops->m_spec_dirs.push_back(bundled_spec_dir());
     }
   }
-  auto store = cache::Store::open(options.cache_dir.empty() ? cache::Store::default_root() : options.cache_dir);
-  if (!store.ok()) return Status(store.status().code(), "cannot open the kiln cache: " + store.status().message());
-  ops->m_store = std::move(store).value();
+  cache::StoreOptions store_options;
+  if (options.max_cache_bytes) {
+    store_options.max_bytes = options.max_cache_bytes;
+  } else {
+    KILN_ASSIGN_OR_RETURN(store_options.max_bytes, cache::max_bytes_from_env());
+  }
+  std::string root = options.cache_dir.empty() ? cache::Store::default_root() : options.cache_dir;
+  auto store = cache::Store::open(root, store_options);
+  if (store.ok()) {
+    ops->m_store = std::move(store).value();
+    if (!ops->m_store->notice().empty()) ops->warn_once(ops->m_store->notice());
+  } else {
+    // A cache that cannot be opened (read-only, not a folder, from a newer kiln) must not
+    // stop ops from running: say so once, and compile into memory.
+    ops->warn_once("cannot use the kiln cache: " + store.status().message() + "; ops will compile every time");
+  }
   auto acc = runtime::get_accelerator(options.accelerator);
   if (!acc.ok()) return acc.status();
   ops->m_accelerator = acc.value();
@@ -104,6 +123,47 @@ Result<OpSpec> Ops::find_spec(const std::string& op) const {
   return not_found("no op named '" + op + "': no " + op + ".toml in " + dirs + " (set KILN_SPEC_PATH to add folders)");
 }
 
+void Ops::warn_once(const std::string& message) {
+  std::lock_guard lock(m_warn_mutex);
+  if (m_warned.insert(message).second) std::cerr << "kiln: warning: " << message << "\n";
+}
+
+// Direct lookup: the manifest of the last compile of these inputs names the headers it
+// read; their current content completes the key. No compiler is involved.
+bool Ops::lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out) {
+  if (!m_store) return false;
+  auto manifest_text = m_store->get_manifest(input.key);
+  if (!manifest_text.ok() || !manifest_text->has_value()) return false;
+  auto manifest = decode_manifest(**manifest_text);
+  if (!manifest.ok()) return false;
+  auto current = rehash_manifest(manifest.value(), spec);
+  if (!current) return false;  // a header is gone: compile, and learn the new list
+  KeyParts key = artifact_key(input, *current);
+  auto hit = m_store->get(key.key);
+  if (!hit.ok() || !hit->has_value()) return false;
+  cache::Artifact& a = **hit;
+  out.key = key.key;
+  out.cache = CacheOutcome::kDisk;
+  out.log = a.record.log;
+  if (a.record.kind == "compile-error") {
+    // A cached failure: the same diagnostics at hit speed, until an input changes.
+    auto diags = decode_diagnostics(a.bytes);
+    if (!diags.ok()) return false;
+    out.success = false;
+    out.diagnostics = std::move(diags).value();
+  } else {
+    auto kernels = decode_kernels(a.record.entry_points);
+    if (!kernels.ok()) return false;
+    out.success = true;
+    out.kind = a.record.kind;
+    out.artifact = std::move(a.bytes);
+    out.kernels = std::move(kernels).value();
+  }
+  m_store->count(cache::Counter::kHitsDisk);
+  m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(a.record.compile_ms * 1000));
+  return true;
+}
+
 Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   auto start = std::chrono::steady_clock::now();
   BuildOutcome out;
@@ -112,36 +172,24 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   KILN_ASSIGN_OR_RETURN(BuildRequest request, make_build_request(spec, target));
   out.kernels = request.kernels;
   KILN_ASSIGN_OR_RETURN(std::string identity, jit::clang_toolchain_identity());
-  out.input_key = input_key(request, identity);
+  KeyParts input = input_key(request, identity);
+  out.input_key = input.key;
+  auto finish = [&]() -> Result<BuildOutcome> {
+    out.total_ms = ms_since(start);
+    return out;
+  };
+  if (lookup(spec, input, out)) return finish();
 
-  // Direct lookup: the manifest of the last compile of these inputs names the headers it
-  // read; their current content completes the key. No compiler is involved.
-  auto manifest_text = m_store->get_manifest(out.input_key);
-  if (manifest_text.ok() && manifest_text->has_value()) {
-    auto manifest = decode_manifest(**manifest_text);
-    if (manifest.ok()) {
-      if (auto current = rehash_manifest(manifest.value(), spec)) {
-        out.key = artifact_key(out.input_key, *current);
-        auto hit = m_store->get(out.key);
-        if (hit.ok() && hit->has_value()) {
-          cache::Artifact& a = **hit;
-          auto kernels = decode_kernels(a.record.entry_points);
-          if (kernels.ok()) {
-            out.success = true;
-            out.cache = CacheOutcome::kDisk;
-            out.kind = a.record.kind;
-            out.artifact = std::move(a.bytes);
-            out.kernels = std::move(kernels).value();
-            out.log = a.record.log;
-            out.total_ms = ms_since(start);
-            return out;
-          }
-        }
-      }
-    }
+  // One compile per key across processes: wait for whoever is compiling these inputs, then
+  // look again. A waiter that times out compiles itself rather than hang.
+  std::optional<cache::KeyLock> lock;
+  if (m_store) {
+    lock.emplace(cache::KeyLock::acquire(m_store->root(), input.key, cache::lock_timeout_from_env()));
+    if (lock->waited() && lookup(spec, input, out)) return finish();
+    if (!lock->held()) warn_once("waited too long for another process compiling op " + spec.name + "; compiling here too");
   }
+  if (m_store) m_store->count(cache::Counter::kMisses);
 
-  // Miss: load the toolchain (the first time in this process) and compile.
   KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, jit::load_clang_toolchain());
   m_compiles.fetch_add(1);
   jit::CompileResult compiled = toolchain->compile(request.compile);
@@ -149,37 +197,40 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   out.compile_ms = compiled.compile_ms;
   out.diagnostics = std::move(compiled.diagnostics);
   out.log = std::move(compiled.log);
-  if (!compiled.success) {
-    out.key = {};
-    out.total_ms = ms_since(start);
-    return out;  // nothing is stored for a source that does not compile
+  out.success = compiled.success;
+  if (compiled.success) {
+    out.kind = compiled.kind;
+    out.artifact = std::move(compiled.artifact);
   }
-  out.success = true;
-  out.kind = compiled.kind;
-  out.artifact = std::move(compiled.artifact);
+  if (!m_store) return finish();
+  m_store->count(cache::Counter::kCompiles);
+  m_store->count(cache::Counter::kCompileUsSpent, static_cast<int64_t>(out.compile_ms * 1000));
+
+  // The headers this compile read complete the key; a failed compile is keyed the same way
+  // and stored with its diagnostics, so fixing any input (a new key) compiles again.
   auto headers = manifest_from_dependencies(compiled.dependencies, request);
   if (!headers.ok()) {
     out.warnings.push_back("not cached: " + headers.status().message());
-    out.total_ms = ms_since(start);
-    return out;
+    return finish();
   }
-  out.key = artifact_key(out.input_key, headers.value());
+  KeyParts key = artifact_key(input, headers.value());
+  out.key = key.key;
   cache::ArtifactRecord record;
-  record.key = out.key;
+  record.key = key.key;
+  record.input_key = input.key;
+  record.manifest = encode_manifest(headers.value());
   record.op = spec.name;
   record.target = out.target;
-  record.kind = out.kind;
+  record.kind = out.success ? out.kind : "compile-error";
   record.toolchain = identity;
-  record.entry_points = encode_kernels(out.kernels);
+  record.entry_points = out.success ? encode_kernels(out.kernels) : "";
+  record.components = cache::encode_components(key.components);
   record.compile_ms = out.compile_ms;
   record.log = out.log;
-  // Artifact first, then the manifest that leads to it: a crash between the two leaves an
-  // unreachable artifact, never a manifest pointing at nothing.
-  Status stored = m_store->put(record, out.artifact);
-  if (stored.ok()) stored = m_store->put_manifest(out.input_key, spec.name, encode_manifest(headers.value()));
-  if (!stored.ok()) out.warnings.push_back("the artifact was compiled but not cached: " + stored.message());
-  out.total_ms = ms_since(start);
-  return out;
+  Status stored = m_store->put(record, out.success ? std::string_view(out.artifact) : encode_diagnostics(out.diagnostics));
+  if (!stored.ok()) warn_once("the cache in " + m_store->root() + " cannot be written (" + stored.message() +
+                              "); ops still run, compiled into memory only");
+  return finish();
 }
 
 Result<std::shared_ptr<LoadedOp>> Ops::get(const std::string& op, const std::string& target_text) {
@@ -195,6 +246,7 @@ Result<std::shared_ptr<LoadedOp>> Ops::get(const std::string& op, const std::str
       builder = true;
       s->mutex.lock();  // taken before anyone else can see the slot
     } else if (s->done && s->op) {
+      m_memory_hits.fetch_add(1, std::memory_order_relaxed);
       return s->op;  // the common case: a hash-map lookup
     }
     slot = s;

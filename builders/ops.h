@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -75,11 +76,13 @@ struct OpsOptions {
   std::vector<std::string> spec_dirs;
   std::string cache_dir;    // empty: Store::default_root()
   std::string accelerator;  // empty: KILN_ACCELERATOR or auto-detect
+  uint64_t max_cache_bytes = 0;  // 0: KILN_CACHE_MAX_SIZE, else 5 GiB
 };
 
 class Ops {
  public:
   static Result<std::unique_ptr<Ops>> create(OpsOptions options = {});
+  ~Ops();
 
   // Loaded op for `target` ("" = the accelerator's native target).
   Result<std::shared_ptr<LoadedOp>> get(const std::string& op, const std::string& target = "");
@@ -93,7 +96,8 @@ class Ops {
   std::vector<std::string> spec_files() const;
 
   runtime::Accelerator& accelerator() { return *m_accelerator; }
-  cache::Store& store() { return *m_store; }
+  // Null when the cache could not be opened (ops then compile into memory).
+  cache::Store* store() { return m_store.get(); }
   // Compiles run by this Ops (for tests and statistics).
   uint64_t compile_count() const { return m_compiles.load(); }
   const std::vector<std::string>& spec_dirs() const { return m_spec_dirs; }
@@ -103,6 +107,9 @@ class Ops {
  private:
   Ops() = default;
   Result<std::shared_ptr<LoadedOp>> load(const std::string& op, const Target& target);
+  // Fills `out` from the cache (an artifact or a cached failure); false on a miss.
+  bool lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out);
+  void warn_once(const std::string& message);
 
   struct Slot {
     std::mutex mutex;  // held by the one thread that builds; others wait on it
@@ -117,7 +124,9 @@ class Ops {
   std::mutex m_mutex;
   std::unordered_map<std::string, std::shared_ptr<Slot>> m_loaded;  // "op@target"
   std::atomic<uint64_t> m_compiles{0};
-  std::once_flag m_store_warning_once;
+  std::atomic<uint64_t> m_memory_hits{0};  // written to the store's counters on destruction
+  std::mutex m_warn_mutex;
+  std::set<std::string> m_warned;
 };
 
 }  // namespace kiln::builders

@@ -1,14 +1,18 @@
-// The format of one blob file: a fixed header that carries the content's size and XXH3-128,
-// then the payload, zstd-compressed when that makes it smaller. Every read checks it all.
+// The format of one blob file: a fixed header, the artifact's metadata, then its content,
+// zstd-compressed when that makes it smaller. Every read checks sizes and both hashes.
+// The metadata makes a blob self-describing, so a lost or corrupt index can be rebuilt
+// from the blobs alone (Store::rebuild_index).
 //
 //   offset  size  field
 //   0       8     magic "KILNBLOB"
-//   8       4     format version (1), little-endian
+//   8       4     format version (2), little-endian
 //   12      4     codec: 0 stored as is, 1 zstd
-//   16      8     raw size
+//   16      8     raw content size
 //   24      8     stored (payload) size
 //   32      16    XXH3-128 of the raw content
-//   48      ...   payload
+//   48      8     metadata size
+//   56      16    XXH3-128 of the metadata
+//   72      ...   metadata, then payload
 #pragma once
 
 #include <string>
@@ -19,17 +23,22 @@
 
 namespace kiln::cache {
 
-inline constexpr size_t k_blob_header_size = 48;
+inline constexpr size_t k_blob_header_size = 72;
 
 struct EncodedBlob {
   std::string bytes;     // the whole file
   Hash128 content_hash;  // of the raw content
 };
 
-EncodedBlob encode_blob(std::string_view content);
+EncodedBlob encode_blob(std::string_view content, std::string_view metadata = {});
 
-// The raw content, or kDataLoss naming what is wrong (truncated, bad magic, size or hash
-// mismatch, undecodable payload). Never trusts a size field before checking it.
-Result<std::string> decode_blob(std::string_view file);
+struct DecodedBlob {
+  std::string content;
+  std::string metadata;
+};
+
+// The content and metadata, or kDataLoss naming what is wrong (truncated, bad magic, size
+// or hash mismatch, undecodable payload). Never trusts a size field before checking it.
+Result<DecodedBlob> decode_blob(std::string_view file);
 
 }  // namespace kiln::cache

@@ -5,13 +5,15 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "support/hash.h"
 
 namespace kiln::cache {
 
 // Bump when the meaning or encoding of any field changes.
-inline constexpr int k_key_schema_version = 1;
+inline constexpr int k_key_schema_version = 2;
 
 class KeyBuilder {
  public:
@@ -22,8 +24,18 @@ class KeyBuilder {
   KeyBuilder& add(std::string_view field, const Hash128& value);
   Hash128 finish() const { return m_hasher.digest(); }
 
+  // What went in, one (field, value) per add(): short printable values as they are, others
+  // as "#" + the hex of their hash. Kept with an artifact so `kiln cache explain` can say
+  // which input differs from the nearest stored entry.
+  const std::vector<std::pair<std::string, std::string>>& components() const { return m_components; }
+
  private:
   Hasher128 m_hasher;
+  std::vector<std::pair<std::string, std::string>> m_components;
 };
+
+// Components as text ("field\tvalue\n" lines; values never hold tabs or newlines) and back.
+std::string encode_components(const std::vector<std::pair<std::string, std::string>>& components);
+std::vector<std::pair<std::string, std::string>> decode_components(std::string_view text);
 
 }  // namespace kiln::cache

@@ -3,19 +3,26 @@
 //
 // Publication order makes a crash harmless: a blob is written to a temporary name, fsynced
 // and renamed into place before its index row is inserted, so an index row never names a
-// blob that was not whole. A blob that fails its checks on read is a miss, and is removed so
-// that the next store replaces it.
+// blob that was not whole. A blob that fails its checks on read is a miss, and its row is
+// removed so that the next store replaces it. Blobs carry their own metadata, so a corrupt
+// index is set aside and rebuilt from them.
+//
+// Reads never wait on writes of their own: hit counts and "last used" are batched in
+// memory and written together (flush_usage, on close, and every 256 keys).
 //
 // Thread-safety: one Store may be used from many threads (calls are serialised on its own
-// connection). Several processes may open the same folder at once.
+// connection). Many processes may open the same folder at once.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "support/hash.h"
 #include "support/status.h"
@@ -28,64 +35,124 @@ namespace kiln::cache {
 // What the index says about an artifact; the bytes are in the blob.
 struct ArtifactRecord {
   Hash128 key;
+  Hash128 input_key;         // the inputs before headers; its manifest leads to `key`
+  std::string manifest;      // the headers the compile read (opaque: the writer's encoding)
   std::string op;
   std::string target;
-  std::string kind;          // "host-so", ...
+  std::string kind;          // "host-so", ..., or "compile-error" for a cached failure
   std::string toolchain;
-  std::string entry_points;  // opaque to the cache: the writer's encoding
-  double compile_ms = 0;
+  std::string entry_points;  // opaque: the writer's encoding
+  std::string components;    // opaque: what the key was made of, for `kiln cache explain`
   std::string log;           // compiler output worth keeping
+  double compile_ms = 0;
   uint64_t size = 0;         // raw bytes
   int64_t created = 0;       // unix seconds
+  // Filled by reads.
+  uint64_t stored_size = 0;  // the blob file
+  int64_t last_used = 0;
+  uint64_t hits = 0;
 };
+
+// Binary, length-prefixed; the blob's metadata section.
+std::string encode_record(const ArtifactRecord& r);
+Result<ArtifactRecord> decode_record(std::string_view bytes);
 
 struct Artifact {
   ArtifactRecord record;
   std::string bytes;
 };
 
+// Counters kept in the index, added to in memory and written in batches.
+enum class Counter { kHitsMemory, kHitsDisk, kMisses, kCompiles, kCompileUsSpent, kCompileUsSaved, kEvictions, kRepairs, kCount };
+const char* counter_name(Counter c);  // "hits_memory", ...
+
+struct StoreOptions {
+  // Evict least recently used artifacts past this (to 90% of it, so not every store evicts).
+  uint64_t max_bytes = uint64_t{5} << 30;
+};
+
+// KILN_CACHE_MAX_SIZE ("5G", "512M") when set and valid, else the default.
+Result<uint64_t> max_bytes_from_env();
+
+struct Statistics {
+  std::map<std::string, int64_t> counters;  // every Counter by name
+  uint64_t artifacts = 0;
+  uint64_t bytes = 0;       // blob files
+  uint64_t raw_bytes = 0;   // content before compression
+  uint64_t max_bytes = 0;
+};
+
+struct GcReport {
+  uint64_t evicted = 0, bytes_freed = 0, bytes_after = 0;
+  uint64_t temporaries_removed = 0, orphans_removed = 0;
+};
+
+struct VerifyReport {
+  uint64_t checked = 0, ok = 0, damaged = 0, missing = 0, orphans = 0;
+  std::vector<std::string> problems;  // one line per damaged or missing artifact
+};
+
 class Store {
  public:
   // $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
   static std::string default_root();
-  // Creates the folder (mode 0700) and the index if needed.
-  static Result<std::unique_ptr<Store>> open(const std::string& root);
+  // Creates the folder (mode 0700) and the index if needed; migrates an older index, sets
+  // aside and rebuilds a corrupt one (notice() says so). An index from a newer kiln is
+  // kUnavailable: it belongs to that kiln, and is left as it is.
+  static Result<std::unique_ptr<Store>> open(const std::string& root, StoreOptions options = {});
   ~Store();
 
   const std::string& root() const { return m_root; }
+  // What open() had to do that a person should hear about; empty normally.
+  const std::string& notice() const { return m_notice; }
 
   // A miss, or a blob that fails its checks (then removed and counted), is nullopt.
   Result<std::optional<Artifact>> get(const Hash128& key);
-  // Publishes blob then index row; storing an existing key replaces it.
+  // Publishes the blob, then in one transaction the index row and the input key's
+  // manifest; then evicts if the store is past its cap. Storing a key again replaces it.
   Status put(const ArtifactRecord& record, std::string_view bytes);
-
-  // Header manifests: an input key (everything but the headers) -> what the last compile
-  // of those inputs read, in the writer's encoding.
   Result<std::optional<std::string>> get_manifest(const Hash128& input_key);
-  Status put_manifest(const Hash128& input_key, std::string_view op, std::string_view manifest);
 
-  Result<uint64_t> artifact_count();
-  uint64_t repairs() const { return m_repairs; }
-  std::string blob_path(const Hash128& key) const;
-
-  // Writes pending "last used" and hit counts (also done on destruction).
+  void count(Counter c, int64_t delta = 1);
+  // Writes pending hit counts, "last used" and counters (also done on destruction).
   Status flush_usage();
 
+  // ---- administration (store_admin.cpp)
+  Result<Statistics> statistics();
+  Result<std::vector<ArtifactRecord>> list(const std::string& op = "", const std::string& target = "");
+  // By whole key or a unique prefix of its hex.
+  Result<std::optional<ArtifactRecord>> find(const std::string& key_prefix);
+  Result<GcReport> gc(uint64_t max_bytes);
+  // Reads every artifact; damaged or missing ones are removed (so they recompile).
+  Result<VerifyReport> verify();
+  Status clear();
+  // Re-creates index rows and manifests from the blobs' own metadata.
+  Result<uint64_t> rebuild_index();
+
+  std::string blob_path(const Hash128& key) const;
+  uint64_t max_bytes() const { return m_options.max_bytes; }
+
  private:
-  Store(std::string root, sqlite3* db) : m_root(std::move(root)), m_db(db) {}
+  Store(std::string root, StoreOptions options) : m_root(std::move(root)), m_options(options) {}
+  Status open_index();
   Status init_schema();
+  Status migrate(int from_version);
   Status exec(const char* sql);
   sqlite3_stmt* prepare(const char* sql);
-  Status remove_locked(const Hash128& key);
+  Status insert_locked(const ArtifactRecord& r, uint64_t stored_size, const Hash128& content_hash);
+  Status remove_locked(const Hash128& key, bool unlink_blob);
+  Status flush_locked();
+  Result<GcReport> gc_locked(uint64_t target_bytes);
+  Result<uint64_t> stat_locked(const char* name);
 
   std::string m_root;
-  sqlite3* m_db;
+  StoreOptions m_options;
+  sqlite3* m_db = nullptr;
+  std::string m_notice;
   std::mutex m_mutex;
   std::unordered_map<std::string, sqlite3_stmt*> m_statements;
-  // Hits since the last flush: keeping "last used" off the hit path (a write per lookup
-  // costs 17.7 us median with 33 ms stalls at WAL checkpoints, TOOLCHAIN-FACTS.md).
   std::unordered_map<Hash128, uint64_t, Hash128Hasher> m_pending_hits;
-  uint64_t m_repairs = 0;
+  std::array<int64_t, static_cast<size_t>(Counter::kCount)> m_pending_counters{};
 };
 
 }  // namespace kiln::cache

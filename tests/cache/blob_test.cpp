@@ -22,17 +22,18 @@ std::string random_bytes(size_t n) {
 
 TEST(BlobTest, RoundTripsCompressibleAndIncompressibleContent) {
   for (const std::string& content : {compressible(100000), random_bytes(5000), std::string()}) {
-    EncodedBlob blob = encode_blob(content);
+    EncodedBlob blob = encode_blob(content, "metadata of " + std::to_string(content.size()));
     auto back = decode_blob(blob.bytes);
     ASSERT_TRUE(back.ok()) << back.status().message();
-    EXPECT_EQ(back.value(), content);
+    EXPECT_EQ(back->content, content);
+    EXPECT_EQ(back->metadata, "metadata of " + std::to_string(content.size()));
   }
   EXPECT_LT(encode_blob(compressible(100000)).bytes.size(), 10000u);  // zstd was used
   EXPECT_EQ(encode_blob(random_bytes(5000)).bytes.size(), k_blob_header_size + 5000);  // stored as is
 }
 
 TEST(BlobTest, EveryTruncationIsDataLoss) {
-  EncodedBlob blob = encode_blob(compressible(3000));
+  EncodedBlob blob = encode_blob(compressible(3000), "meta");
   for (size_t len = 0; len < blob.bytes.size(); len += 7) {
     auto r = decode_blob(std::string_view(blob.bytes).substr(0, len));
     ASSERT_FALSE(r.ok()) << "length " << len;
@@ -42,7 +43,7 @@ TEST(BlobTest, EveryTruncationIsDataLoss) {
 
 TEST(BlobTest, EveryFlippedByteIsDetected) {
   for (const std::string& content : {compressible(2000), random_bytes(700)}) {
-    EncodedBlob blob = encode_blob(content);
+    EncodedBlob blob = encode_blob(content, "some metadata");
     for (size_t i = 0; i < blob.bytes.size(); ++i) {
       std::string damaged = blob.bytes;
       damaged[i] = static_cast<char>(damaged[i] ^ 0x20);

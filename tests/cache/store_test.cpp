@@ -1,10 +1,14 @@
+// The store against a real folder and a real SQLite index: hits, integrity and repair,
+// counters, eviction, verification, migration, and a corrupt index rebuilt from blobs.
 #include "cache/store.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "support/file_util.h"
 #include "tests/test_util.h"
@@ -15,45 +19,70 @@ namespace {
 ArtifactRecord record_for(const std::string& name) {
   ArtifactRecord r;
   r.key = xxh3_128(name);
+  r.input_key = xxh3_128("input of " + name);
+  r.manifest = "spec:h.h\t00112233445566778899aabbccddeeff\n";
   r.op = name;
   r.target = "cpu:x86-64-v3";
   r.kind = "host-so";
   r.toolchain = "test";
   r.entry_points = name + ":8";
+  r.components = "target\tcpu:x86-64-v3\n";
   r.compile_ms = 12.5;
   return r;
 }
 
-TEST(StoreTest, MissThenHitWithMetadata) {
+int64_t sql_int(const std::string& db_path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  int64_t v = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return v;
+}
+
+void sql_exec(const std::string& db_path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+  sqlite3_close(db);
+}
+
+TEST(StoreTest, MissThenHitWithMetadataAndManifest) {
   testing::TempDir dir;
   auto store = Store::open(dir.path()).value();
   auto r = record_for("op_a");
-  auto miss = store->get(r.key);
-  ASSERT_TRUE(miss.ok());
-  EXPECT_FALSE(miss->has_value());
+  EXPECT_FALSE(store->get(r.key)->has_value());
+  EXPECT_FALSE(store->get_manifest(r.input_key)->has_value());
   ASSERT_TRUE(store->put(r, "artifact bytes").ok());
   auto hit = store->get(r.key);
   ASSERT_TRUE(hit.ok() && hit->has_value());
   EXPECT_EQ((*hit)->bytes, "artifact bytes");
   EXPECT_EQ((*hit)->record.op, "op_a");
   EXPECT_EQ((*hit)->record.entry_points, "op_a:8");
+  EXPECT_EQ((*hit)->record.components, r.components);
   EXPECT_DOUBLE_EQ((*hit)->record.compile_ms, 12.5);
+  EXPECT_EQ(**store->get_manifest(r.input_key), r.manifest);
 }
 
-TEST(StoreTest, PersistsAcrossOpensAndUsesWal) {
+TEST(StoreTest, PersistsAcrossOpensUsesWalAndPrivateFolders) {
   testing::TempDir dir;
   auto r = record_for("op_b");
-  ASSERT_TRUE(Store::open(dir.path()).value()->put(r, "bytes").ok());
-  auto store = Store::open(dir.path()).value();
+  ASSERT_TRUE(Store::open(dir / "cache").value()->put(r, "bytes").ok());
+  auto store = Store::open(dir / "cache").value();
   EXPECT_TRUE(store->get(r.key)->has_value());
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir / "index.sqlite").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_open((dir / "cache/index.sqlite").c_str(), &db), SQLITE_OK);
   sqlite3_stmt* s = nullptr;
   sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &s, nullptr);
   ASSERT_EQ(sqlite3_step(s), SQLITE_ROW);
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(s, 0)), "wal");
   sqlite3_finalize(s);
   sqlite3_close(db);
+  EXPECT_EQ(std::filesystem::status(dir / "cache").permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_all);
 }
 
 TEST(StoreTest, TruncatedBlobIsAMissAndIsRepaired) {
@@ -67,69 +96,217 @@ TEST(StoreTest, TruncatedBlobIsAMissAndIsRepaired) {
   auto got = store->get(r.key);
   ASSERT_TRUE(got.ok());
   EXPECT_FALSE(got->has_value());
-  EXPECT_EQ(store->repairs(), 1u);
-  EXPECT_EQ(store->artifact_count().value(), 0u);  // the row is gone, so the next put replaces it
+  auto stats = store->statistics().value();
+  EXPECT_EQ(stats.counters["repairs"], 1);
+  EXPECT_EQ(stats.artifacts, 0u);  // the row is gone, so the next put replaces it
+  EXPECT_EQ(stats.bytes, 0u);
   ASSERT_TRUE(store->put(r, std::string(5000, 'x')).ok());
   EXPECT_TRUE(store->get(r.key)->has_value());
 }
 
-TEST(StoreTest, MissingBlobIsAMiss) {
+TEST(StoreTest, FlippedByteAndMissingBlobAreMisses) {
   testing::TempDir dir;
   auto store = Store::open(dir.path()).value();
-  auto r = record_for("op_d");
-  ASSERT_TRUE(store->put(r, "bytes").ok());
-  ASSERT_EQ(::unlink(store->blob_path(r.key).c_str()), 0);
-  EXPECT_FALSE(store->get(r.key)->has_value());
+  auto a = record_for("op_d"), b = record_for("op_e");
+  ASSERT_TRUE(store->put(a, "bytes of a").ok());
+  ASSERT_TRUE(store->put(b, "bytes of b").ok());
+  std::string bytes = read_file(store->blob_path(a.key)).value();
+  bytes[bytes.size() - 3] ^= 1;
+  ASSERT_TRUE(write_file_atomic(store->blob_path(a.key), bytes).ok());
+  ASSERT_EQ(::unlink(store->blob_path(b.key).c_str()), 0);
+  EXPECT_FALSE(store->get(a.key)->has_value());
+  EXPECT_FALSE(store->get(b.key)->has_value());
+  EXPECT_EQ(store->statistics()->counters["repairs"], 2);
 }
 
 TEST(StoreTest, BlobOfAnotherKeyIsNotAHit) {
   testing::TempDir dir;
   auto store = Store::open(dir.path()).value();
-  auto a = record_for("op_e"), b = record_for("op_f");
+  auto a = record_for("op_f"), b = record_for("op_g");
   ASSERT_TRUE(store->put(a, "content of a").ok());
   ASSERT_TRUE(store->put(b, "content of b, longer").ok());
-  // Swap in a's blob under b's name: valid by itself, but not b's content (size differs).
   ASSERT_TRUE(write_file_atomic(store->blob_path(b.key), read_file(store->blob_path(a.key)).value()).ok());
   EXPECT_FALSE(store->get(b.key)->has_value());
 }
 
-TEST(StoreTest, ManifestsRoundTrip) {
+TEST(StoreTest, CountersAndHitsAreWrittenInBatches) {
   testing::TempDir dir;
-  auto store = Store::open(dir.path()).value();
-  Hash128 k = xxh3_128("inputs");
-  EXPECT_FALSE(store->get_manifest(k)->has_value());
-  ASSERT_TRUE(store->put_manifest(k, "op", "spec:include/x.h\t00112233445566778899aabbccddeeff\n").ok());
-  EXPECT_EQ(**store->get_manifest(k), "spec:include/x.h\t00112233445566778899aabbccddeeff\n");
-}
-
-TEST(StoreTest, IndexFromANewerSchemaIsRefusedWithAClearMessage) {
-  testing::TempDir dir;
-  { ASSERT_TRUE(Store::open(dir.path()).ok()); }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir / "index.sqlite").c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '99' WHERE name = 'schema_version'", nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
-  auto store = Store::open(dir.path());
-  ASSERT_FALSE(store.ok());
-  EXPECT_NE(store.status().message().find("schema version 99"), std::string::npos) << store.status().message();
-}
-
-TEST(StoreTest, HitCountsAreWrittenInBatches) {
-  testing::TempDir dir;
-  auto r = record_for("op_g");
+  auto r = record_for("op_h");
   {
     auto store = Store::open(dir.path()).value();
     ASSERT_TRUE(store->put(r, "bytes").ok());
     for (int i = 0; i < 5; ++i) ASSERT_TRUE(store->get(r.key)->has_value());
+    store->count(Counter::kCompiles, 3);
+    // Nothing written yet: a lookup must not wait on a write.
+    EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT hits FROM artifacts"), 0);
   }  // flushed on close
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir / "index.sqlite").c_str(), &db), SQLITE_OK);
-  sqlite3_stmt* s = nullptr;
-  sqlite3_prepare_v2(db, "SELECT hits FROM artifacts", -1, &s, nullptr);
-  ASSERT_EQ(sqlite3_step(s), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(s, 0), 5);
-  sqlite3_finalize(s);
-  sqlite3_close(db);
+  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT hits FROM artifacts"), 5);
+  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM stats WHERE name = 'compiles'"), 3);
+}
+
+TEST(StoreTest, PastItsCapTheLeastRecentlyUsedAreEvicted) {
+  testing::TempDir dir;
+  StoreOptions options;
+  options.max_bytes = 20000;
+  auto store = Store::open(dir.path(), options).value();
+  std::vector<ArtifactRecord> records;
+  for (int i = 0; i < 12; ++i) {
+    records.push_back(record_for("op_" + std::to_string(i)));
+    records.back().created = 1000 + i;  // oldest first
+    std::mt19937 rng(i);
+    std::string incompressible(3000, '\0');
+    for (auto& c : incompressible) c = static_cast<char>(rng());
+    ASSERT_TRUE(store->put(records.back(), incompressible).ok());
+  }
+  auto stats = store->statistics().value();
+  EXPECT_LE(stats.bytes, options.max_bytes);
+  EXPECT_GT(stats.counters["evictions"], 0);
+  EXPECT_FALSE(store->get(records.front().key)->has_value());  // oldest gone
+  EXPECT_TRUE(store->get(records.back().key)->has_value());    // newest kept
+  // Blob files went with their rows.
+  size_t files = 0;
+  for (auto& e : std::filesystem::recursive_directory_iterator(dir / "blobs")) files += e.is_regular_file();
+  EXPECT_EQ(files, stats.artifacts);
+}
+
+TEST(StoreTest, GcToASizeKeepsTheRecentlyUsed) {
+  testing::TempDir dir;
+  auto store = Store::open(dir.path()).value();
+  auto old_one = record_for("old"), used = record_for("used");
+  ASSERT_TRUE(store->put(old_one, std::string(4000, 'a')).ok());
+  ASSERT_TRUE(store->put(used, std::string(4000, 'b')).ok());
+  sql_exec(dir / "index.sqlite", "UPDATE artifacts SET last_used = 1 WHERE op = 'old'");
+  auto report = store->gc(1).value();  // everything must go but nothing is left to keep
+  EXPECT_EQ(report.evicted, 2u);
+  ASSERT_TRUE(store->put(old_one, std::string(4000, 'a')).ok());
+  ASSERT_TRUE(store->put(used, std::string(4000, 'b')).ok());
+  sql_exec(dir / "index.sqlite", "UPDATE artifacts SET last_used = 1 WHERE op = 'old'");
+  uint64_t one = store->statistics()->bytes / 2 + 1;
+  report = store->gc(one).value();
+  EXPECT_EQ(report.evicted, 1u);
+  EXPECT_FALSE(store->get(old_one.key)->has_value());
+  EXPECT_TRUE(store->get(used.key)->has_value());
+}
+
+TEST(StoreTest, VerifyFindsAndRemovesDamage) {
+  testing::TempDir dir;
+  auto store = Store::open(dir.path()).value();
+  auto a = record_for("ok"), b = record_for("flipped"), c = record_for("gone");
+  for (auto* r : {&a, &b, &c}) ASSERT_TRUE(store->put(*r, "content of " + r->op).ok());
+  std::string bytes = read_file(store->blob_path(b.key)).value();
+  bytes.back() ^= 0x40;
+  ASSERT_TRUE(write_file_atomic(store->blob_path(b.key), bytes).ok());
+  ::unlink(store->blob_path(c.key).c_str());
+  auto report = store->verify().value();
+  EXPECT_EQ(report.checked, 3u);
+  EXPECT_EQ(report.ok, 1u);
+  EXPECT_EQ(report.damaged, 1u);
+  EXPECT_EQ(report.missing, 1u);
+  ASSERT_EQ(report.problems.size(), 2u);
+  auto again = store->verify().value();
+  EXPECT_EQ(again.checked, 1u);
+  EXPECT_EQ(again.ok, 1u);
+}
+
+TEST(StoreTest, ClearRemovesEverything) {
+  testing::TempDir dir;
+  auto store = Store::open(dir.path()).value();
+  auto r = record_for("op_i");
+  ASSERT_TRUE(store->put(r, "bytes").ok());
+  ASSERT_TRUE(store->clear().ok());
+  EXPECT_FALSE(store->get(r.key)->has_value());
+  EXPECT_FALSE(store->get_manifest(r.input_key)->has_value());
+  EXPECT_EQ(store->statistics()->bytes, 0u);
+}
+
+TEST(StoreTest, FindByKeyPrefix) {
+  testing::TempDir dir;
+  auto store = Store::open(dir.path()).value();
+  auto r = record_for("op_j");
+  ASSERT_TRUE(store->put(r, "bytes").ok());
+  auto found = store->find(r.key.hex().substr(0, 8)).value();
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->op, "op_j");
+  EXPECT_FALSE(store->find("ffffffffffffffffffffffffffffffff")->has_value());
+  EXPECT_FALSE(store->find("not hex").ok());
+}
+
+TEST(StoreTest, IndexFromANewerSchemaIsLeftAloneWithAClearMessage) {
+  testing::TempDir dir;
+  { ASSERT_TRUE(Store::open(dir.path()).ok()); }
+  sql_exec(dir / "index.sqlite", "UPDATE meta SET value = '99' WHERE name = 'schema_version'");
+  auto store = Store::open(dir.path());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(store.status().message().find("schema version 99"), std::string::npos) << store.status().message();
+  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM meta WHERE name = 'schema_version'"), 99);
+}
+
+TEST(StoreTest, VersionOneIndexMigratesForward) {
+  testing::TempDir dir;
+  // The walking skeleton's schema, with one row.
+  sql_exec(dir / "index.sqlite",
+           "CREATE TABLE meta(name TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;"
+           "CREATE TABLE artifacts(key BLOB PRIMARY KEY, op TEXT NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL,"
+           " size INTEGER NOT NULL, stored_size INTEGER NOT NULL, content_hash BLOB NOT NULL, toolchain TEXT NOT NULL,"
+           " entry_points TEXT NOT NULL, created INTEGER NOT NULL, last_used INTEGER NOT NULL,"
+           " hits INTEGER NOT NULL DEFAULT 0, compile_ms REAL NOT NULL, log TEXT NOT NULL) WITHOUT ROWID;"
+           "CREATE TABLE manifests(input_key BLOB PRIMARY KEY, op TEXT NOT NULL, body BLOB NOT NULL,"
+           " created INTEGER NOT NULL) WITHOUT ROWID;"
+           "INSERT INTO meta VALUES('schema_version', '1');"
+           "INSERT INTO artifacts VALUES(x'00112233445566778899aabbccddeeff', 'old_op', 'cpu:x86-64', 'host-so', 10, 58,"
+           " x'00', 't', 'old_op:8', 1, 1, 4, 1.0, '');");
+  auto store = Store::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM meta WHERE name = 'schema_version'"), 2);
+  auto stats = (*store)->statistics().value();
+  EXPECT_EQ(stats.artifacts, 1u);
+  EXPECT_EQ(stats.bytes, 58u);
+  auto listed = (*store)->list("old_op").value();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].hits, 4u);
+}
+
+TEST(StoreTest, CorruptIndexIsSetAsideAndRebuiltFromTheBlobs) {
+  testing::TempDir dir;
+  auto a = record_for("op_k"), b = record_for("op_l");
+  {
+    auto store = Store::open(dir.path()).value();
+    ASSERT_TRUE(store->put(a, "content a").ok());
+    ASSERT_TRUE(store->put(b, "content b").ok());
+  }
+  ::unlink((dir / "index.sqlite-wal").c_str());
+  ::unlink((dir / "index.sqlite-shm").c_str());
+  std::ofstream(dir / "index.sqlite", std::ios::trunc) << "this is not a database, it was overwritten";
+  auto store = Store::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  EXPECT_NE((*store)->notice().find("set aside"), std::string::npos) << (*store)->notice();
+  EXPECT_NE((*store)->notice().find("rebuilt from 2 blobs"), std::string::npos) << (*store)->notice();
+  auto hit = (*store)->get(a.key);
+  ASSERT_TRUE(hit.ok() && hit->has_value());
+  EXPECT_EQ((*hit)->bytes, "content a");
+  EXPECT_EQ((*hit)->record.entry_points, "op_k:8");
+  EXPECT_EQ(**(*store)->get_manifest(b.input_key), b.manifest);  // direct lookups work again
+  size_t aside = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir.path()))
+    aside += e.path().filename().string().rfind("index.sqlite.corrupt-", 0) == 0;
+  EXPECT_EQ(aside, 1u);
+}
+
+TEST(StoreTest, RecordEncodingRoundTrips) {
+  auto r = record_for("op_m");
+  r.log = "line 1\nline 2\twith tab";
+  r.size = 77;
+  r.created = 1234;
+  auto back = decode_record(encode_record(r)).value();
+  EXPECT_EQ(back.key, r.key);
+  EXPECT_EQ(back.input_key, r.input_key);
+  EXPECT_EQ(back.log, r.log);
+  EXPECT_EQ(back.manifest, r.manifest);
+  EXPECT_EQ(back.size, 77u);
+  EXPECT_EQ(back.created, 1234);
+  std::string enc = encode_record(r);
+  for (size_t n = 0; n < enc.size(); n += 5) EXPECT_FALSE(decode_record(enc.substr(0, n)).ok()) << n;
 }
 
 }  // namespace

@@ -1,0 +1,65 @@
+// SQL text and small SQLite helpers shared by store.cpp and store_admin.cpp (private to cache/).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <string>
+#include <string_view>
+
+#include "support/status.h"
+
+namespace kiln::cache {
+
+inline constexpr int k_index_schema_version = 2;
+
+// A fresh index, at the current version.
+inline constexpr const char* k_schema_v2 =
+    "CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS artifacts("
+    "  key BLOB PRIMARY KEY, op TEXT NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL,"
+    "  size INTEGER NOT NULL, stored_size INTEGER NOT NULL, content_hash BLOB NOT NULL,"
+    "  toolchain TEXT NOT NULL, entry_points TEXT NOT NULL, created INTEGER NOT NULL,"
+    "  last_used INTEGER NOT NULL, hits INTEGER NOT NULL DEFAULT 0, compile_ms REAL NOT NULL,"
+    "  log TEXT NOT NULL, components TEXT NOT NULL DEFAULT '', input_key BLOB) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS artifacts_by_op ON artifacts(op, target);"
+    "CREATE INDEX IF NOT EXISTS artifacts_by_last_used ON artifacts(last_used);"
+    "CREATE TABLE IF NOT EXISTS manifests("
+    "  input_key BLOB PRIMARY KEY, op TEXT NOT NULL, body BLOB NOT NULL, created INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS stats(name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
+    "INSERT OR IGNORE INTO stats(name, value) VALUES('bytes', 0);"
+    "INSERT OR REPLACE INTO meta(name, value) VALUES('schema_version', '2');";
+
+// Version 1 (the walking skeleton) had no key components, input keys or counters.
+inline constexpr const char* k_migrate_v1_to_v2 =
+    "ALTER TABLE artifacts ADD COLUMN components TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE artifacts ADD COLUMN input_key BLOB;"
+    "CREATE INDEX IF NOT EXISTS artifacts_by_last_used ON artifacts(last_used);"
+    "CREATE TABLE IF NOT EXISTS stats(name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
+    "INSERT OR REPLACE INTO stats(name, value) SELECT 'bytes', coalesce(sum(stored_size), 0) FROM artifacts;"
+    "INSERT OR REPLACE INTO meta(name, value) VALUES('schema_version', '2');";
+
+inline Status sql_error(sqlite3* db, const std::string& what) {
+  return io_error("sqlite: " + what + ": " + (db ? sqlite3_errmsg(db) : "cannot open"));
+}
+
+// Resets a cached statement however the scope is left.
+struct StatementReset {
+  sqlite3_stmt* s;
+  ~StatementReset() {
+    if (s) {
+      sqlite3_reset(s);
+      sqlite3_clear_bindings(s);
+    }
+  }
+};
+
+inline std::string column_text(sqlite3_stmt* s, int i) {
+  auto* p = sqlite3_column_text(s, i);
+  return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s, i))) : "";
+}
+
+inline void bind_text(sqlite3_stmt* s, int i, std::string_view v) {
+  sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+}
+
+}  // namespace kiln::cache
