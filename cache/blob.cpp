@@ -4,13 +4,15 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 namespace kiln::cache {
 namespace {
 
 constexpr char k_magic[8] = {'K', 'I', 'L', 'N', 'B', 'L', 'O', 'B'};
 constexpr uint32_t k_format_version = 2;
-constexpr uint32_t k_codec_none = 0, k_codec_zstd = 1;
+// Codec bits: content compressed, metadata compressed (each only when that pays).
+constexpr uint32_t k_content_zstd = 1, k_metadata_zstd = 2;
 // Level 3 is zstd's default: host .so artifacts shrink ~2x, decompression ~1 GB/s.
 constexpr int k_zstd_level = 3;
 // Refuse sizes beyond these: a flipped size field must not allocate gigabytes.
@@ -33,25 +35,47 @@ Hash128 get_hash(std::string_view in, size_t at) {
 
 }  // namespace
 
+// zstd of `in` when smaller, else nothing.
+std::optional<std::string> compress(std::string_view in) {
+  std::string out(ZSTD_compressBound(in.size()), '\0');
+  size_t n = ZSTD_compress(out.data(), out.size(), in.data(), in.size(), k_zstd_level);
+  if (ZSTD_isError(n) || n >= in.size()) return std::nullopt;
+  out.resize(n);
+  return out;
+}
+
+// Decompresses a zstd frame whose size must be `expected` (checked before allocating).
+Result<std::string> decompress(std::string_view frame, uint64_t expected, const char* what) {
+  unsigned long long size = ZSTD_getFrameContentSize(frame.data(), frame.size());
+  if (size != expected) return Status(StatusCode::kDataLoss, std::string("damaged blob: ") + what + " frame size does not match the header");
+  std::string out(expected, '\0');
+  size_t n = ZSTD_decompress(out.data(), out.size(), frame.data(), frame.size());
+  if (ZSTD_isError(n) || n != expected)
+    return Status(StatusCode::kDataLoss, std::string("damaged blob: ") + what + ": " + (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short"));
+  return out;
+}
+
 EncodedBlob encode_blob(std::string_view content, std::string_view metadata) {
   EncodedBlob blob;
   blob.content_hash = xxh3_128(content);
-  std::string compressed(ZSTD_compressBound(content.size()), '\0');
-  size_t n = ZSTD_compress(compressed.data(), compressed.size(), content.data(), content.size(), k_zstd_level);
-  bool use_zstd = !ZSTD_isError(n) && n < content.size();
-  std::string_view payload = use_zstd ? std::string_view(compressed.data(), n) : content;
+  auto packed_content = compress(content);
+  auto packed_meta = compress(metadata);
+  std::string_view payload = packed_content ? std::string_view(*packed_content) : content;
+  std::string_view meta = packed_meta ? std::string_view(*packed_meta) : metadata;
+  uint32_t codec = (packed_content ? k_content_zstd : 0) | (packed_meta ? k_metadata_zstd : 0);
 
   std::string& out = blob.bytes;
   out.reserve(k_blob_header_size + metadata.size() + payload.size());
   out.append(k_magic, sizeof k_magic);
   put(out, k_format_version, 4);
-  put(out, use_zstd ? k_codec_zstd : k_codec_none, 4);
+  put(out, codec, 4);
   put(out, content.size(), 8);
   put(out, payload.size(), 8);
   put_hash(out, blob.content_hash);
   put(out, metadata.size(), 8);
   put_hash(out, xxh3_128(metadata));
-  out.append(metadata);
+  put(out, meta.size(), 8);
+  out.append(meta);
   out.append(payload);
   return blob;
 }
@@ -66,30 +90,27 @@ Result<DecodedBlob> decode_blob(std::string_view file) {
   uint64_t raw_size = get(file, 16, 8);
   uint64_t stored_size = get(file, 24, 8);
   uint64_t meta_size = get(file, 48, 8);
+  uint64_t meta_stored = get(file, 72, 8);
+  if (codec > (k_content_zstd | k_metadata_zstd)) return damaged("unknown codec " + std::to_string(codec));
   std::string_view rest = file.substr(k_blob_header_size);
-  if (meta_size > rest.size() || stored_size != rest.size() - meta_size)
-    return damaged("sections are " + std::to_string(rest.size()) + " bytes, header says " + std::to_string(meta_size) +
+  if (meta_stored > rest.size() || stored_size != rest.size() - meta_stored)
+    return damaged("sections are " + std::to_string(rest.size()) + " bytes, header says " + std::to_string(meta_stored) +
                    " + " + std::to_string(stored_size));
-  if (raw_size > k_max_raw_size) return damaged("implausible size " + std::to_string(raw_size));
+  if (raw_size > k_max_raw_size || meta_size > k_max_raw_size) return damaged("implausible size");
+  std::string_view meta = rest.substr(0, meta_stored), payload = rest.substr(meta_stored);
   DecodedBlob out;
-  out.metadata.assign(rest.substr(0, meta_size));
+  if (codec & k_metadata_zstd) {
+    KILN_ASSIGN_OR_RETURN(out.metadata, decompress(meta, meta_size, "metadata"));
+  } else {
+    if (meta_size != meta_stored) return damaged("metadata size mismatch");
+    out.metadata.assign(meta);
+  }
   if (xxh3_128(out.metadata) != get_hash(file, 56)) return damaged("metadata hash mismatch");
-  std::string_view payload = rest.substr(meta_size);
-
-  if (codec == k_codec_none) {
+  if (codec & k_content_zstd) {
+    KILN_ASSIGN_OR_RETURN(out.content, decompress(payload, raw_size, "content"));
+  } else {
     if (raw_size != stored_size) return damaged("size mismatch in an uncompressed blob");
     out.content.assign(payload);
-  } else if (codec == k_codec_zstd) {
-    // The frame records its own content size: check it against the header before
-    // allocating, so a damaged size field cannot make us allocate and zero gigabytes.
-    unsigned long long frame_size = ZSTD_getFrameContentSize(payload.data(), payload.size());
-    if (frame_size != raw_size) return damaged("zstd frame size does not match the header");
-    out.content.resize(raw_size);
-    size_t n = ZSTD_decompress(out.content.data(), out.content.size(), payload.data(), payload.size());
-    if (ZSTD_isError(n)) return damaged(std::string("zstd: ") + ZSTD_getErrorName(n));
-    if (n != raw_size) return damaged("decompressed to " + std::to_string(n) + " bytes, expected " + std::to_string(raw_size));
-  } else {
-    return damaged("unknown codec " + std::to_string(codec));
   }
   if (xxh3_128(out.content) != get_hash(file, 32)) return damaged("content hash mismatch");
   return out;

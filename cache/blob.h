@@ -6,13 +6,14 @@
 //   offset  size  field
 //   0       8     magic "KILNBLOB"
 //   8       4     format version (2), little-endian
-//   12      4     codec: 0 stored as is, 1 zstd
+//   12      4     codec bits: 1 content is zstd, 2 metadata is zstd (each only when smaller)
 //   16      8     raw content size
-//   24      8     stored (payload) size
+//   24      8     stored content (payload) size
 //   32      16    XXH3-128 of the raw content
-//   48      8     metadata size
-//   56      16    XXH3-128 of the metadata
-//   72      ...   metadata, then payload
+//   48      8     raw metadata size
+//   56      16    XXH3-128 of the raw metadata
+//   72      8     stored metadata size
+//   80      ...   metadata, then payload
 #pragma once
 
 #include <string>
@@ -23,7 +24,7 @@
 
 namespace kiln::cache {
 
-inline constexpr size_t k_blob_header_size = 72;
+inline constexpr size_t k_blob_header_size = 80;
 
 struct EncodedBlob {
   std::string bytes;     // the whole file

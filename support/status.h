@@ -67,7 +67,8 @@ class [[nodiscard]] Result {
   }
   T& value() & { return std::get<T>(m_value); }
   const T& value() const& { return std::get<T>(m_value); }
-  T&& value() && { return std::get<T>(std::move(m_value)); }
+  // By value, so `for (auto& x : f().value())` does not dangle.
+  T value() && { return std::get<T>(std::move(m_value)); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }

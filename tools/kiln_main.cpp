@@ -11,6 +11,7 @@
 #include "jit/toolchain_loader.h"
 #include "support/file_util.h"
 #include "tools/cli_args.h"
+#include "tools/cli_common.h"
 
 namespace kiln::tools {
 namespace {
@@ -26,6 +27,7 @@ commands:
   build SPEC      compile one spec (or find it in the cache) and print its key
   run OP          load an op and run its self-check against the reference
   warm            build every spec for a target and, with --check, self-check each
+  cache           inspect and maintain the cache: stats, ls, show, gc, verify, clear, explain
   help [COMMAND]  show help for a command
 
 global options:
@@ -73,54 +75,9 @@ options:
   --json           print a JSON array instead of a table
 )";
 
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string fixed(double v, int digits = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 bool progress_enabled() {
   const char* env = std::getenv("KILN_PROGRESS");
   return (env && *env == '1') || ::isatty(2);
-}
-
-int fail(const Status& st) {
-  std::cerr << "kiln: error: " << st.message() << "\n";
-  return 1;
-}
-
-int usage_error(const std::string& message, const char* help) {
-  std::cerr << "kiln: " << message << "\n\n" << help;
-  return 2;
-}
-
-Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir) {
-  builders::OpsOptions options;
-  options.cache_dir = cache_dir;
-  for (auto& d : args.all("--spec-dir")) options.spec_dirs.push_back(absolute_path(d));
-  return builders::Ops::create(options);
 }
 
 std::string cache_word(const BuildOutcome& o) { return o.cache == CacheOutcome::kCompiled ? "miss" : "hit"; }
@@ -146,7 +103,9 @@ int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir
   print_warnings(o);
   if (!o.success) {
     std::cerr << o.diagnostics_text();
-    std::cerr << "kiln: error: op " << o.op << " does not compile for " << o.target << " (nothing was cached)\n";
+    std::cerr << "kiln: error: op " << o.op << " does not compile for " << o.target
+              << (o.cache == CacheOutcome::kCompiled ? " (the failure is cached until an input changes)\n"
+                                                     : " (a cached failure: fix an input to compile again)\n");
     if (args->has("--json"))
       std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target)
                 << ",\"success\":false,\"compile_ms\":" << fixed(o.compile_ms, 3) << "}\n";
@@ -318,11 +277,13 @@ int run_main(int argc, char** argv) {
   if (command == "build") return cmd_build(rest, cache_dir);
   if (command == "run") return cmd_run(rest, cache_dir);
   if (command == "warm") return cmd_warm(rest, cache_dir);
+  if (command == "cache") return cmd_cache(rest, cache_dir);
   if (command == "help") {
     std::string topic = rest.empty() ? "" : rest[0];
     if (topic == "build") return std::cout << k_build_help, 0;
     if (topic == "run") return std::cout << k_run_help, 0;
     if (topic == "warm") return std::cout << k_warm_help, 0;
+    if (topic == "cache") return std::cout << k_cache_help, 0;
     if (topic.empty()) return std::cout << k_main_help, 0;
     return usage_error("no help for '" + topic + "'", k_main_help);
   }

@@ -1,0 +1,240 @@
+// `kiln cache`: look into the artifact cache and look after it.
+#include <cstdio>
+#include <iostream>
+
+#include "builders/explain.h"
+#include "cache/cache_key.h"
+#include "cache/store.h"
+#include "support/units.h"
+#include "tools/cli_common.h"
+
+namespace kiln::tools {
+
+const char* const k_cache_help = R"(usage: kiln cache <command> [options]
+
+commands:
+  stats                     counters (hits per tier, misses, compiles, compile time spent and
+                            saved, evictions, repairs) and the size of the cache
+  ls [--op NAME] [--target T]
+                            the stored artifacts (and cached compile errors)
+  show KEY                  one entry by key or unique key prefix, with its compiler log
+  gc [--max-size SIZE]      evict least recently used entries down to SIZE (default: the cap,
+                            KILN_CACHE_MAX_SIZE or 5G), remove stale temporaries and orphans
+  verify                    read and check every entry; damaged ones are removed (exit 1 if any)
+  clear                     remove every entry
+  explain SPEC [--target T] why is this op not a hit? names what differs from the nearest entry
+
+Every command takes --json. Sizes take units: 512M, 5G.
+)";
+
+namespace {
+
+Result<std::unique_ptr<cache::Store>> open_store(const std::string& cache_dir) {
+  KILN_ASSIGN_OR_RETURN(uint64_t max_bytes, cache::max_bytes_from_env());
+  auto store = cache::Store::open(cache_dir.empty() ? cache::Store::default_root() : cache_dir, {max_bytes});
+  if (store.ok() && !store.value()->notice().empty()) std::cerr << "kiln: warning: " << store.value()->notice() << "\n";
+  return store;
+}
+
+std::string record_json(const cache::ArtifactRecord& r, bool full) {
+  std::string out = "{\"key\":\"" + r.key.hex() + "\",\"op\":" + json_string(r.op) + ",\"target\":" + json_string(r.target) +
+                    ",\"kind\":" + json_string(r.kind) + ",\"size\":" + std::to_string(r.size) +
+                    ",\"stored_size\":" + std::to_string(r.stored_size) + ",\"hits\":" + std::to_string(r.hits) +
+                    ",\"created\":" + std::to_string(r.created) + ",\"last_used\":" + std::to_string(r.last_used) +
+                    ",\"compile_ms\":" + fixed(r.compile_ms, 3);
+  if (full) {
+    out += ",\"toolchain\":" + json_string(r.toolchain) + ",\"input_key\":\"" + r.input_key.hex() +
+           "\",\"entry_points\":" + json_string(r.entry_points) + ",\"log\":" + json_string(r.log) + ",\"components\":{";
+    bool first = true;
+    for (auto& [f, v] : cache::decode_components(r.components)) {
+      out += (first ? "" : ",") + json_string(f) + ":" + json_string(v);
+      first = false;
+    }
+    out += "}";
+  }
+  return out + "}";
+}
+
+int stats(const ParsedArgs& args, cache::Store& store) {
+  auto s = store.statistics();
+  if (!s.ok()) return fail(s.status());
+  auto c = s->counters;
+  int64_t hits = c["hits_memory"] + c["hits_disk"];
+  if (args.has("--json")) {
+    std::cout << "{\"hits\":" << hits << ",\"misses\":" << c["misses"] << ",\"compiles\":" << c["compiles"]
+              << ",\"evictions\":" << c["evictions"] << ",\"repairs\":" << c["repairs"] << ",\"bytes\":" << s->bytes
+              << ",\"hits_memory\":" << c["hits_memory"] << ",\"hits_disk\":" << c["hits_disk"]
+              << ",\"compile_ms_spent\":" << fixed(c["compile_us_spent"] / 1000.0, 3)
+              << ",\"compile_ms_saved\":" << fixed(c["compile_us_saved"] / 1000.0, 3) << ",\"artifacts\":" << s->artifacts
+              << ",\"raw_bytes\":" << s->raw_bytes << ",\"max_bytes\":" << s->max_bytes << ",\"root\":" << json_string(store.root())
+              << "}\n";
+    return 0;
+  }
+  double ratio = s->bytes ? static_cast<double>(s->raw_bytes) / static_cast<double>(s->bytes) : 0;
+  std::cout << "cache folder        " << store.root() << "\n"
+            << "artifacts           " << s->artifacts << "\n"
+            << "size                " << human_size(s->bytes) << " of " << human_size(s->max_bytes) << " ("
+            << human_size(s->raw_bytes) << " before compression, " << fixed(ratio, 2) << "x)\n"
+            << "hits                " << hits << " (memory " << c["hits_memory"] << ", disk " << c["hits_disk"] << ")\n"
+            << "misses              " << c["misses"] << "\n"
+            << "compiles            " << c["compiles"] << "\n"
+            << "compile time spent  " << fixed(c["compile_us_spent"] / 1e6, 2) << " s\n"
+            << "compile time saved  " << fixed(c["compile_us_saved"] / 1e6, 2) << " s\n"
+            << "evictions           " << c["evictions"] << "\n"
+            << "repairs             " << c["repairs"] << "\n";
+  return 0;
+}
+
+int ls(const ParsedArgs& args, cache::Store& store) {
+  auto all = store.list(args.value("--op"), args.value("--target"));
+  if (!all.ok()) return fail(all.status());
+  if (args.has("--json")) {
+    std::cout << "[";
+    for (size_t i = 0; i < all->size(); ++i) std::cout << (i ? ",\n " : "") << record_json((*all)[i], false);
+    std::cout << "]\n";
+    return 0;
+  }
+  std::printf("%-12s  %-16s %-16s %-13s %10s %6s  %-12s %10s\n", "key", "op", "target", "kind", "size", "hits", "last used",
+              "compile ms");
+  for (auto& r : *all)
+    std::printf("%-12s  %-16s %-16s %-13s %10s %6llu  %-12s %10s\n", r.key.hex().substr(0, 12).c_str(), r.op.c_str(),
+                r.target.c_str(), r.kind.c_str(), human_size(r.stored_size).c_str(), static_cast<unsigned long long>(r.hits),
+                age(r.last_used).c_str(), fixed(r.compile_ms).c_str());
+  return 0;
+}
+
+int show(const ParsedArgs& args, cache::Store& store) {
+  if (args.positional.size() != 2) return usage_error("cache show takes one key", k_cache_help);
+  auto found = store.find(args.positional[1]);
+  if (!found.ok()) return fail(found.status());
+  if (!found->has_value()) return fail(not_found("no entry with key " + args.positional[1]));
+  const auto& r = **found;
+  if (args.has("--json")) {
+    std::cout << record_json(r, true) << "\n";
+    return 0;
+  }
+  std::cout << "key          " << r.key.hex() << "\nop           " << r.op << "\ntarget       " << r.target << "\nkind         "
+            << r.kind << "\nsize         " << human_size(r.size) << " (" << human_size(r.stored_size) << " stored)\n"
+            << "hits         " << r.hits << "\ncreated      " << age(r.created) << "\nlast used    " << age(r.last_used)
+            << "\ncompile      " << fixed(r.compile_ms) << " ms\ntoolchain    " << r.toolchain << "\nentry points "
+            << r.entry_points << "\ninput key    " << r.input_key.hex() << "\nmade of:\n";
+  for (auto& [f, v] : cache::decode_components(r.components)) std::cout << "  " << f << " = " << v << "\n";
+  if (!r.log.empty()) std::cout << "compiler log:\n" << r.log;
+  return 0;
+}
+
+int gc(const ParsedArgs& args, cache::Store& store) {
+  uint64_t target = store.max_bytes();
+  if (auto v = args.value("--max-size"); !v.empty()) {
+    auto parsed = parse_size(v);
+    if (!parsed.ok()) return usage_error(parsed.status().message(), k_cache_help);
+    target = parsed.value();
+  }
+  auto r = store.gc(target);
+  if (!r.ok()) return fail(r.status());
+  if (args.has("--json")) {
+    std::cout << "{\"evicted\":" << r->evicted << ",\"bytes_freed\":" << r->bytes_freed << ",\"bytes\":" << r->bytes_after
+              << ",\"temporaries_removed\":" << r->temporaries_removed << ",\"orphans_removed\":" << r->orphans_removed << "}\n";
+  } else {
+    std::cout << "evicted " << r->evicted << " entries (" << human_size(r->bytes_freed) << "); the cache holds "
+              << human_size(r->bytes_after) << " of " << human_size(target) << "; removed " << r->temporaries_removed
+              << " stale temporaries and " << r->orphans_removed << " orphan blobs\n";
+  }
+  return 0;
+}
+
+int verify(const ParsedArgs& args, cache::Store& store) {
+  auto r = store.verify();
+  if (!r.ok()) return fail(r.status());
+  if (args.has("--json")) {
+    std::cout << "{\"checked\":" << r->checked << ",\"ok\":" << r->ok << ",\"damaged\":" << r->damaged
+              << ",\"missing\":" << r->missing << ",\"orphans\":" << r->orphans << ",\"problems\":[";
+    for (size_t i = 0; i < r->problems.size(); ++i) std::cout << (i ? "," : "") << json_string(r->problems[i]);
+    std::cout << "]}\n";
+  } else {
+    for (auto& p : r->problems) std::cerr << "kiln: damaged: " << p << " (removed; it will be compiled again)\n";
+    std::cout << "checked " << r->checked << ": " << r->ok << " ok, " << r->damaged << " damaged, " << r->missing
+              << " missing; " << r->orphans << " blobs not in the index\n";
+  }
+  return r->damaged + r->missing == 0 ? 0 : 1;
+}
+
+int clear(const ParsedArgs& args, cache::Store& store) {
+  auto before = store.statistics();
+  Status st = store.clear();
+  if (!st.ok()) return fail(st);
+  uint64_t n = before.ok() ? before->artifacts : 0;
+  if (args.has("--json")) std::cout << "{\"removed\":" << n << "}\n";
+  else std::cout << "removed " << n << " entries from " << store.root() << "\n";
+  return 0;
+}
+
+int explain(const ParsedArgs& args, const std::string& cache_dir) {
+  if (args.positional.size() != 2) return usage_error("cache explain takes one spec file or op name", k_cache_help);
+  auto ops = make_ops(args, cache_dir);
+  if (!ops.ok()) return fail(ops.status());
+  std::string what = args.positional[1];
+  auto spec = what.find('/') != std::string::npos || what.size() > 5 && what.compare(what.size() - 5, 5, ".toml") == 0
+                  ? builders::parse_spec_file(what)
+                  : (*ops)->find_spec(what);
+  if (!spec.ok()) return fail(spec.status());
+  auto target = builders::parse_target(args.value("--target", (*ops)->accelerator().native_target()));
+  if (!target.ok()) return fail(target.status());
+  auto e = builders::explain_miss(**ops, *spec, *target);
+  if (!e.ok()) return fail(e.status());
+  if (args.has("--json")) {
+    std::cout << "{\"op\":" << json_string(e->op) << ",\"target\":" << json_string(e->target)
+              << ",\"cached\":" << (e->cached ? "true" : "false") << ",\"key\":" << (e->key ? "\"" + e->key->hex() + "\"" : "null")
+              << ",\"stored_entries\":" << e->stored_entries << ",\"nearest\":";
+    if (e->nearest) {
+      std::cout << "{\"key\":\"" << e->nearest->key.hex() << "\",\"kind\":" << json_string(e->nearest->kind)
+                << ",\"created\":" << e->nearest->created << ",\"differences\":[";
+      for (size_t i = 0; i < e->nearest->differences.size(); ++i)
+        std::cout << (i ? "," : "") << json_string(e->nearest->differences[i]);
+      std::cout << "]}";
+    } else {
+      std::cout << "null";
+    }
+    std::cout << "}\n";
+    return 0;
+  }
+  if (e->cached) {
+    std::cout << e->op << " for " << e->target << " is cached: " << e->key->hex() << "\n";
+    return 0;
+  }
+  std::cout << e->op << " for " << e->target << " is a miss";
+  if (!e->nearest) {
+    std::cout << ": nothing is stored for this op and target yet\n";
+    return 0;
+  }
+  std::cout << ". The nearest of " << e->stored_entries << " stored entries is " << e->nearest->key.hex() << " ("
+            << e->nearest->kind << ", " << age(e->nearest->created) << "); it differs in:\n";
+  for (auto& d : e->nearest->differences) std::cout << "  " << d << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int cmd_cache(const std::vector<std::string>& argv, const std::string& cache_dir) {
+  auto args = parse_args(argv, {"--op", "--target", "--max-size", "--spec-dir"}, {"--json", "--help", "-h"});
+  if (!args.ok()) return usage_error(args.status().message(), k_cache_help);
+  if (args->has("--help") || args->has("-h") || args->positional.empty()) {
+    std::cout << k_cache_help;
+    return args->positional.empty() && !args->has("--help") && !args->has("-h") ? 2 : 0;
+  }
+  const std::string& sub = args->positional[0];
+  if (sub == "explain") return explain(*args, cache_dir);
+  if (sub != "stats" && sub != "ls" && sub != "show" && sub != "gc" && sub != "verify" && sub != "clear")
+    return usage_error("unknown cache command '" + sub + "'", k_cache_help);
+  if (sub != "show" && args->positional.size() != 1) return usage_error("cache " + sub + " takes no arguments", k_cache_help);
+  auto store = open_store(cache_dir);
+  if (!store.ok()) return fail(store.status());
+  if (sub == "stats") return stats(*args, **store);
+  if (sub == "ls") return ls(*args, **store);
+  if (sub == "show") return show(*args, **store);
+  if (sub == "gc") return gc(*args, **store);
+  if (sub == "verify") return verify(*args, **store);
+  return clear(*args, **store);
+}
+
+}  // namespace kiln::tools

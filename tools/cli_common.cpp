@@ -1,0 +1,65 @@
+#include "tools/cli_common.h"
+
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+
+#include "support/file_util.h"
+
+namespace kiln::tools {
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+int fail(const Status& st) {
+  std::cerr << "kiln: error: " << st.message() << "\n";
+  return 1;
+}
+
+int usage_error(const std::string& message, const char* help) {
+  std::cerr << "kiln: " << message << "\n\n" << help;
+  return 2;
+}
+
+std::string age(int64_t t) {
+  int64_t d = static_cast<int64_t>(std::time(nullptr)) - t;
+  if (d < 0) d = 0;
+  if (d < 120) return std::to_string(d) + " s ago";
+  if (d < 7200) return std::to_string(d / 60) + " min ago";
+  if (d < 172800) return std::to_string(d / 3600) + " h ago";
+  return std::to_string(d / 86400) + " d ago";
+}
+
+Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir) {
+  builders::OpsOptions options;
+  options.cache_dir = cache_dir;
+  for (auto& d : args.all("--spec-dir")) options.spec_dirs.push_back(absolute_path(d));
+  return builders::Ops::create(options);
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,31 @@
+// What every kiln subcommand shares: output helpers and the error conventions
+// (exit 1 when the work failed, 2 for bad usage, messages on stderr).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "builders/ops.h"
+#include "support/status.h"
+#include "tools/cli_args.h"
+
+namespace kiln::tools {
+
+std::string json_string(std::string_view s);
+std::string fixed(double v, int digits = 1);
+// "kiln: error: <message>" on stderr; returns 1.
+int fail(const Status& st);
+// "kiln: <message>", then the command's help, on stderr; returns 2.
+int usage_error(const std::string& message, const char* help);
+// "3 s ago", "2 h ago", "5 d ago".
+std::string age(int64_t unix_seconds);
+
+// Ops for a command: --spec-dir folders from `args`, the global --cache-dir.
+Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir);
+
+// `kiln cache ...` (cache_command.cpp).
+int cmd_cache(const std::vector<std::string>& argv, const std::string& cache_dir);
+extern const char* const k_cache_help;
+
+}  // namespace kiln::tools
