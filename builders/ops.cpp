@@ -73,6 +73,8 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
   } else {
     KILN_ASSIGN_OR_RETURN(store_options.max_bytes, cache::max_bytes_from_env());
   }
+  Ops* self = ops.get();
+  store_options.report_damage = [self](const std::string& message) { self->warn_once(message); };
   std::string root = options.cache_dir.empty() ? cache::Store::default_root() : options.cache_dir;
   auto store = cache::Store::open(root, store_options);
   if (store.ok()) {

@@ -1,5 +1,6 @@
 // The format of one blob file: a fixed header, the artifact's metadata, then its content,
-// zstd-compressed when that makes it smaller. Every read checks sizes and both hashes.
+// each zstd-compressed (fast level) when that saves at least a quarter: for smaller
+// savings decoding costs more time than the bytes are worth. Every read checks sizes and both hashes.
 // The metadata makes a blob self-describing, so a lost or corrupt index can be rebuilt
 // from the blobs alone (Store::rebuild_index).
 //
@@ -40,6 +41,8 @@ struct DecodedBlob {
 
 // The content and metadata, or kDataLoss naming what is wrong (truncated, bad magic, size
 // or hash mismatch, undecodable payload). Never trusts a size field before checking it.
-Result<DecodedBlob> decode_blob(std::string_view file);
+// `with_metadata` false skips decoding and checking the metadata (the hit path reads its
+// fields from the index; verify and rebuild_index check it).
+Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata = true);
 
 }  // namespace kiln::cache

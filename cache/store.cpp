@@ -291,10 +291,16 @@ Result<std::optional<Artifact>> Store::get(const Hash128& key) {
     if (sqlite3_column_bytes(s, 11) == 16) std::memcpy(a.record.input_key.bytes.data(), sqlite3_column_blob(s, 11), 16);
   }
   auto file = read_file(blob_path(key));
-  Result<DecodedBlob> blob = file.ok() ? decode_blob(file.value()) : Result<DecodedBlob>(file.status());
+  Result<DecodedBlob> blob = file.ok() ? decode_blob(file.value(), /*with_metadata=*/false) : Result<DecodedBlob>(file.status());
   if (!blob.ok() || blob->content.size() != a.record.size) {
     // Listed but missing or damaged: a miss, and the row goes so the next compile replaces it.
     ++m_pending_counters[static_cast<size_t>(Counter::kRepairs)];
+    if (m_options.report_damage && !m_damage_reported) {
+      m_damage_reported = true;
+      std::string why = !file.ok() ? file.status().message() : !blob.ok() ? blob.status().message() : "size differs from the index";
+      m_options.report_damage("cache entry " + key.hex() + " (" + a.record.op + ", " + a.record.target + ") was damaged (" +
+                              why + "); it was removed and will be compiled again (`kiln cache verify` checks them all)");
+    }
     (void)remove_locked(key, /*unlink_blob=*/true);
     return std::optional<Artifact>();
   }

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,9 @@ const char* counter_name(Counter c);  // "hits_memory", ...
 struct StoreOptions {
   // Evict least recently used artifacts past this (to 90% of it, so not every store evicts).
   uint64_t max_bytes = uint64_t{5} << 30;
+  // Told, once per Store, when a damaged entry was found and removed (the count goes on in
+  // the repairs counter). Null: say nothing.
+  std::function<void(const std::string&)> report_damage;
 };
 
 // KILN_CACHE_MAX_SIZE ("5G", "512M") when set and valid, else the default.
@@ -112,6 +116,8 @@ class Store {
   // manifest; then evicts if the store is past its cap. Storing a key again replaces it.
   Status put(const ArtifactRecord& record, std::string_view bytes);
   Result<std::optional<std::string>> get_manifest(const Hash128& input_key);
+  // The index row alone (no blob read, no hit recorded).
+  Result<std::optional<ArtifactRecord>> record(const Hash128& key);
 
   void count(Counter c, int64_t delta = 1);
   // Writes pending hit counts, "last used" and counters (also done on destruction).
@@ -153,6 +159,7 @@ class Store {
   std::unordered_map<std::string, sqlite3_stmt*> m_statements;
   std::unordered_map<Hash128, uint64_t, Hash128Hasher> m_pending_hits;
   std::array<int64_t, static_cast<size_t>(Counter::kCount)> m_pending_counters{};
+  bool m_damage_reported = false;
 };
 
 }  // namespace kiln::cache

@@ -112,9 +112,23 @@ Result<std::vector<ArtifactRecord>> Store::list(const std::string& op, const std
   return out;
 }
 
+Result<std::optional<ArtifactRecord>> Store::record(const Hash128& key) {
+  std::lock_guard lock(m_mutex);
+  std::string sql = std::string(k_select_record) + " WHERE key = ?";
+  sqlite3_stmt* s = prepare(sql.c_str());
+  if (!s) return sql_error(m_db, "prepare record");
+  StatementReset reset{s};
+  sqlite3_bind_blob(s, 1, key.bytes.data(), 16, SQLITE_STATIC);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE) return std::optional<ArtifactRecord>();
+  if (rc != SQLITE_ROW) return sql_error(m_db, "record");
+  return std::optional<ArtifactRecord>(read_row(s));
+}
+
 Result<std::optional<ArtifactRecord>> Store::find(const std::string& prefix) {
   if (prefix.empty() || prefix.size() > 32 || prefix.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
     return invalid_argument("'" + prefix + "' is not a key (1 to 32 hex digits)");
+  if (prefix.size() == 32) return record(*Hash128::from_hex(prefix));
   auto all = list();
   if (!all.ok()) return all.status();
   std::optional<ArtifactRecord> found;

@@ -39,13 +39,14 @@ global options:
 Exit status is 0 on success, 1 when the work failed, 2 for bad usage.
 )";
 
-constexpr const char* k_build_help = R"(usage: kiln build SPEC [--target T] [--json]
+constexpr const char* k_build_help = R"(usage: kiln build SPEC [--target T] [-o FILE] [--json]
 
 Compiles the op described by the spec file SPEC for target T, or finds it in the cache,
 and prints the cache key, whether it was a hit, and the timings.
 
 options:
   --target T   cpu (the running CPU's level, the default) or cpu:x86-64-v2 .. v4
+  -o FILE      also write the artifact (a shared object for cpu targets) to FILE
   --json       print one JSON object instead of text
 )";
 
@@ -87,7 +88,7 @@ void print_warnings(const BuildOutcome& o) {
 }
 
 int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir) {
-  auto args = parse_args(argv, {"--target"}, {"--json", "--help", "-h"});
+  auto args = parse_args(argv, {"--target", "-o"}, {"--json", "--help", "-h"});
   if (!args.ok()) return usage_error(args.status().message(), k_build_help);
   if (args->has("--help") || args->has("-h")) return std::cout << k_build_help, 0;
   if (args->positional.size() != 1) return usage_error("build takes one spec file", k_build_help);
@@ -110,6 +111,9 @@ int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir
       std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target)
                 << ",\"success\":false,\"compile_ms\":" << fixed(o.compile_ms, 3) << "}\n";
     return 1;
+  }
+  if (auto out = args->value("-o"); !out.empty()) {
+    if (Status st = write_file_atomic(absolute_path(out), o.artifact); !st.ok()) return fail(st);
   }
   if (args->has("--json")) {
     std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target) << ",\"success\":true"
