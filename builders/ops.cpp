@@ -74,16 +74,16 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
     KILN_ASSIGN_OR_RETURN(store_options.max_bytes, cache::max_bytes_from_env());
   }
   Ops* self = ops.get();
-  store_options.report_damage = [self](const std::string& message) { self->warn_once(message); };
+  store_options.report_damage = [self](const std::string& message) { self->warn_once("damage", message); };
   std::string root = options.cache_dir.empty() ? cache::Store::default_root() : options.cache_dir;
   auto store = cache::Store::open(root, store_options);
   if (store.ok()) {
     ops->m_store = std::move(store).value();
-    if (!ops->m_store->notice().empty()) ops->warn_once(ops->m_store->notice());
+    if (!ops->m_store->notice().empty()) ops->warn_once("notice", ops->m_store->notice());
   } else {
     // A cache that cannot be opened (read-only, not a folder, from a newer kiln) must not
     // stop ops from running: say so once, and compile into memory.
-    ops->warn_once("cannot use the kiln cache: " + store.status().message() + "; ops will compile every time");
+    ops->warn_once("store-open", "cannot use the kiln cache: " + store.status().message() + "; ops will compile every time");
   }
   auto acc = runtime::get_accelerator(options.accelerator);
   if (!acc.ok()) return acc.status();
@@ -125,9 +125,9 @@ Result<OpSpec> Ops::find_spec(const std::string& op) const {
   return not_found("no op named '" + op + "': no " + op + ".toml in " + dirs + " (set KILN_SPEC_PATH to add folders)");
 }
 
-void Ops::warn_once(const std::string& message) {
+void Ops::warn_once(const std::string& kind, const std::string& message) {
   std::lock_guard lock(m_warn_mutex);
-  if (m_warned.insert(message).second) std::cerr << "kiln: warning: " << message << "\n";
+  if (m_warned.insert(kind).second) std::cerr << "kiln: warning: " << message << "\n";
 }
 
 // Direct lookup: the manifest of the last compile of these inputs names the headers it
@@ -188,7 +188,8 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   if (m_store) {
     lock.emplace(cache::KeyLock::acquire(m_store->root(), input.key, cache::lock_timeout_from_env()));
     if (lock->waited() && lookup(spec, input, out)) return finish();
-    if (!lock->held()) warn_once("waited too long for another process compiling op " + spec.name + "; compiling here too");
+    if (!lock->held() && lock->waited())
+      warn_once("lock-timeout", "waited too long for another process compiling op " + spec.name + "; compiling here too");
   }
   if (m_store) m_store->count(cache::Counter::kMisses);
 
@@ -230,8 +231,9 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   record.compile_ms = out.compile_ms;
   record.log = out.log;
   Status stored = m_store->put(record, out.success ? std::string_view(out.artifact) : encode_diagnostics(out.diagnostics));
-  if (!stored.ok()) warn_once("the cache in " + m_store->root() + " cannot be written (" + stored.message() +
-                              "); ops still run, compiled into memory only");
+  if (!stored.ok())
+    warn_once("store-write", "the cache in " + m_store->root() + " cannot be written (" + stored.message() +
+                                 "); ops still run, compiled into memory only");
   return finish();
 }
 

@@ -109,7 +109,8 @@ class Ops {
   Result<std::shared_ptr<LoadedOp>> load(const std::string& op, const Target& target);
   // Fills `out` from the cache (an artifact or a cached failure); false on a miss.
   bool lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out);
-  void warn_once(const std::string& message);
+  // Prints `message` the first time a warning of this `kind` comes up in this Ops.
+  void warn_once(const std::string& kind, const std::string& message);
 
   struct Slot {
     std::mutex mutex;  // held by the one thread that builds; others wait on it

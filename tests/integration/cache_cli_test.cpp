@@ -181,5 +181,22 @@ TEST(CacheCliTest, AFullDiskWarnsOnceAndOpsStillRun) {
   EXPECT_EQ(r.err.find("kiln: warning:", first + 1), std::string::npos) << "warned more than once:\n" << r.err;
 }
 
+TEST(CacheCliTest, AReadOnlyCacheWarnsOnceAndOpsStillRun) {
+  // Really read-only (EROFS), even for root: a read-only bind mount in a private namespace.
+  if (run_process({"unshare", "-rm", "true"}).exit_code != 0) GTEST_SKIP() << "no user and mount namespaces here (unshare -rm)";
+  testing::TempDir cache;
+  ASSERT_EQ(run_process(kiln(cache.path(), {"build", testing::bundled_spec_dir() + "/axpby.toml"})).exit_code, 0);
+  std::string script = "mount --bind -o ro " + cache.path() + " " + cache.path() + " && mount -o remount,bind,ro " +
+                       cache.path() + " ; " + testing::kiln_binary() + " --cache-dir " + cache.path() +
+                       " warm --check";
+  auto r = run_process({"unshare", "-rm", "/bin/sh", "-c", script});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("axpby"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("kiln: warning:"), std::string::npos) << r.err;
+  size_t first = r.err.find("kiln: warning:");
+  EXPECT_EQ(r.err.find("kiln: warning:", first + 1), std::string::npos) << "warned more than once:\n" << r.err;
+}
+
 }  // namespace
 }  // namespace kiln
