@@ -11,10 +11,20 @@
 
 namespace kiln::builders {
 
+std::string artifact_kind_for(const Target& target) { return target.backend == "cuda" ? "cuda-module" : "host-so"; }
+
 Status is_compatible(const OpSpec& spec, const Target& target) {
   if (target.backend == "cpu") {
     if (spec.language != "cpp")
       return unavailable("op " + spec.name + " is written in " + spec.language + "; cpu targets build language cpp");
+    return {};
+  }
+  if (target.backend == "cuda") {
+    if (!spec.cuda) return unavailable("op " + spec.name + " has no CUDA version (no [cuda] table in " + spec.spec_path + ")");
+    int sm = std::atoi(target.arch.c_str() + 3);
+    if (spec.cuda->min_sm > sm)
+      return unavailable("op " + spec.name + " needs compute capability " + std::to_string(spec.cuda->min_sm) + " or newer; " +
+                         target.str() + " is " + std::to_string(sm));
     return {};
   }
   return unavailable("op " + spec.name + ": no toolchain builds for " + target.str());
@@ -84,10 +94,11 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& target
   BuildRequest r;
   r.spec = &spec;
   r.target = target;
-  r.compile.language = spec.language;
   r.compile.target = target.str();
   r.compile.label = "op " + spec.name;
-  for (const auto& s : spec.sources) {
+  bool cuda = target.backend == "cuda";
+  r.compile.language = cuda ? "cuda" : spec.language;
+  for (const auto& s : cuda ? spec.cuda->sources : spec.sources) {
     jit::SourceFile f{s.path, ""};
     if (s.inline_text) {
       f.text = *s.inline_text;
@@ -98,12 +109,20 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& target
     }
     r.compile.sources.push_back(std::move(f));
   }
-  r.compile.sources.push_back({spec.spec_dir + "/" + entry_source_name(spec), generate_cpu_entry_source(spec)});
   r.compile.include_dirs = spec.include_dirs;
-  r.compile.include_dirs.push_back(cpu_device_include_dir());
   r.compile.defines = spec.defines;
-  r.compile.flags = spec.flags;
   r.kernels = signatures_of(spec);
+  if (cuda) {
+    // CUDA kernels are extern "C" __global__ functions named as the entries: no generated
+    // entry TU, and the check's reference runs on the host from the cpu artifact.
+    r.compile.defines.insert(r.compile.defines.end(), spec.cuda->defines.begin(), spec.cuda->defines.end());
+    r.compile.flags = spec.cuda->flags;
+    if (spec.check) r.kernels.pop_back();
+    return r;
+  }
+  r.compile.sources.push_back({spec.spec_dir + "/" + entry_source_name(spec), generate_cpu_entry_source(spec)});
+  r.compile.include_dirs.push_back(cpu_device_include_dir());
+  r.compile.flags = spec.flags;
   return r;
 }
 
@@ -118,10 +137,6 @@ std::string path_for(const std::string& label, const OpSpec& spec) {
   if (label.rfind("spec:", 0) == 0) return spec.spec_dir + "/" + label.substr(5);
   if (label.rfind("kiln:", 0) == 0) return cpu_device_include_dir() + "/" + label.substr(5);
   return label;
-}
-
-static std::string include_label(const std::string& dir, const OpSpec& spec) {
-  return path_is_within(dir, spec.spec_dir) ? "spec:" + relative_to(dir, spec.spec_dir) : dir;
 }
 
 const std::vector<std::string>& environment_in_key() {
@@ -140,13 +155,12 @@ KeyParts input_key(const BuildRequest& r, const std::string& toolchain_identity)
   for (auto& var : environment_in_key())
     if (const char* v = std::getenv(var.c_str())) k.add("env:" + var, v);
   k.add("target", r.target.str());
-  k.add("language", spec.language);
+  k.add("language", r.compile.language);
   // Options the toolchain adds itself (-O3, -std=c++20, -fPIC) are part of its identity: the
   // library that adds them is fingerprinted.
-  for (auto& d : spec.include_dirs) k.add("include-dir", include_label(d, spec));
-  k.add("include-dir", "kiln:");
-  for (auto& d : spec.defines) k.add("define", d);
-  for (auto& f : spec.flags) k.add("flag", f);
+  for (auto& d : r.compile.include_dirs) k.add("include-dir", label_for(d, spec));
+  for (auto& d : r.compile.defines) k.add("define", d);
+  for (auto& f : r.compile.flags) k.add("flag", f);
   for (auto& sig : r.kernels) {
     k.add("kernel", sig.name);
     for (auto size : sig.param_sizes) k.add("param-size", std::to_string(size));

@@ -13,6 +13,9 @@
 
 namespace kiln::builders {
 
+// What a target's artifacts are: "host-so" for cpu, "cuda-module" for cuda.
+std::string artifact_kind_for(const Target& target);
+
 // Ok when the spec can be built for the target; otherwise says why not, before compiling.
 Status is_compatible(const OpSpec& spec, const Target& target);
 

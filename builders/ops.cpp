@@ -10,6 +10,7 @@
 
 #include "cache/cache_key.h"
 #include "cache/key_lock.h"
+#include "jit/nvrtc/nvrtc_toolchain.h"
 #include "jit/toolchain_loader.h"
 #include "runtime/registry.h"
 #include "support/file_util.h"
@@ -173,7 +174,8 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   out.target = target.str();
   KILN_ASSIGN_OR_RETURN(BuildRequest request, make_build_request(spec, target));
   out.kernels = request.kernels;
-  KILN_ASSIGN_OR_RETURN(std::string identity, jit::clang_toolchain_identity());
+  bool cuda = target.backend == "cuda";
+  KILN_ASSIGN_OR_RETURN(std::string identity, cuda ? jit::nvrtc_toolchain_identity() : jit::clang_toolchain_identity());
   KeyParts input = input_key(request, identity);
   out.input_key = input.key;
   auto finish = [&]() -> Result<BuildOutcome> {
@@ -193,7 +195,7 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   }
   if (m_store) m_store->count(cache::Counter::kMisses);
 
-  KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, jit::load_clang_toolchain());
+  KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, cuda ? jit::load_nvrtc_toolchain() : jit::load_clang_toolchain());
   m_compiles.fetch_add(1);
   jit::CompileResult compiled = toolchain->compile(request.compile);
   out.cache = CacheOutcome::kCompiled;
@@ -276,21 +278,28 @@ Result<std::shared_ptr<LoadedOp>> Ops::get(const std::string& op, const std::str
   return result;
 }
 
+Result<runtime::Accelerator*> Ops::accelerator_for(const Target& target) {
+  if (target.backend == m_accelerator->name()) return m_accelerator;
+  return runtime::get_accelerator(target.backend);
+}
+
 Result<std::shared_ptr<LoadedOp>> Ops::load(const std::string& name, const Target& target) {
   KILN_ASSIGN_OR_RETURN(OpSpec spec, find_spec(name));
-  // An artifact for a level this CPU lacks is refused before it is even looked up.
-  KILN_RETURN_IF_ERROR(m_accelerator->can_load("host-so", target.str()));
+  KILN_ASSIGN_OR_RETURN(runtime::Accelerator * accelerator, accelerator_for(target));
+  // An artifact this device cannot run (a CPU level it lacks, a newer GPU) is refused before
+  // it is even looked up.
+  KILN_RETURN_IF_ERROR(accelerator->can_load(artifact_kind_for(target), target.str()));
   KILN_ASSIGN_OR_RETURN(BuildOutcome outcome, build(spec, target));
   if (!outcome.success)
     return Status(StatusCode::kCompileError, "op " + name + " does not compile for " + target.str() + ":\n" + outcome.diagnostics_text());
   runtime::ModuleImage image{outcome.kind, outcome.target, outcome.artifact, outcome.kernels, "op " + name};
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<runtime::Module> module, m_accelerator->load_module(image));
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<runtime::Module> module, accelerator->load_module(image));
   auto loaded = std::make_shared<LoadedOp>();
   loaded->m_spec = std::move(spec);
   outcome.artifact.clear();
   outcome.artifact.shrink_to_fit();
   loaded->m_outcome = std::move(outcome);
-  loaded->m_accelerator = m_accelerator;
+  loaded->m_accelerator = accelerator;
   loaded->m_module = std::move(module);
   return loaded;
 }

@@ -92,6 +92,8 @@ class Ops {
   Result<BuildOutcome> build(const OpSpec& spec, const Target& target);
 
   Result<OpSpec> find_spec(const std::string& op) const;
+  // The accelerator that runs a target: the chosen one when it matches, else by name.
+  Result<runtime::Accelerator*> accelerator_for(const Target& target);
   // Every <op>.toml in the spec folders (first folder wins for a name), sorted by op name.
   std::vector<std::string> spec_files() const;
 

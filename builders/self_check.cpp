@@ -149,7 +149,7 @@ Result<std::vector<std::vector<unsigned char>>> run_once(const LoadedOp& op, run
 
 }  // namespace
 
-Result<CheckReport> run_self_check(const LoadedOp& op, const CheckOptions& options) {
+Result<CheckReport> run_self_check(Ops& ops, const LoadedOp& op, const CheckOptions& options) {
   const OpSpec& spec = op.spec();
   if (!spec.check) return invalid_argument("op " + spec.name + " has no [check] section");
   const CheckSpec& check = *spec.check;
@@ -174,13 +174,19 @@ Result<CheckReport> run_self_check(const LoadedOp& op, const CheckOptions& optio
   }
   const EntryPoint& entry = *spec.find_entry(check.entry);
   KILN_ASSIGN_OR_RETURN(runtime::Kernel * kernel, op.kernel(check.entry));
-  KILN_ASSIGN_OR_RETURN(runtime::Kernel * reference, op.kernel(check.reference));
+  std::shared_ptr<LoadedOp> host_op;
+  const LoadedOp* reference_op = &op;
+  if (op.accelerator().name() != "cpu") {
+    KILN_ASSIGN_OR_RETURN(host_op, ops.get(spec.name, "cpu"));
+    reference_op = host_op.get();
+  }
+  KILN_ASSIGN_OR_RETURN(runtime::Kernel * reference, reference_op->kernel(check.reference));
 
   CheckReport report;
   report.grid = static_cast<uint64_t>(grid_count);
   runtime::Dim3 grid{static_cast<uint32_t>(grid_count), 1, 1}, block{check.block, 1, 1};
   KILN_ASSIGN_OR_RETURN(auto got, run_once(op, *kernel, entry, buffers, names, grid, block, &report.kernel_ms));
-  KILN_ASSIGN_OR_RETURN(auto want, run_once(op, *reference, entry, buffers, names, {1, 1, 1}, {1, 1, 1}, nullptr));
+  KILN_ASSIGN_OR_RETURN(auto want, run_once(*reference_op, *reference, entry, buffers, names, {1, 1, 1}, {1, 1, 1}, nullptr));
 
   for (size_t j = 0; j < buffers.size(); ++j) {
     if (!buffers[j].spec->output) continue;

@@ -25,7 +25,8 @@ struct CheckOptions {
 };
 
 // kInvalidArgument when the op has no [check] or the dims make no sense; a mismatch is a
-// report with passed == false.
-Result<CheckReport> run_self_check(const LoadedOp& op, const CheckOptions& options = {});
+// report with passed == false. The reference always runs on the host: for an op loaded on
+// another accelerator, `ops` loads the same op's cpu artifact for it.
+Result<CheckReport> run_self_check(Ops& ops, const LoadedOp& op, const CheckOptions& options = {});
 
 }  // namespace kiln::builders

@@ -72,6 +72,16 @@ struct CheckSpec {
   SourcePos pos;
 };
 
+// A backend's own version of the op: its sources in its language, its options and what it
+// needs of the device. The entry points and the [check] are shared with the op.
+struct CudaSpec {
+  std::vector<SourceSpec> sources;  // CUDA C++: `extern "C" __global__` kernels named as the entries
+  std::vector<std::string> defines;
+  std::vector<std::string> flags;   // NVRTC options
+  int min_sm = 0;                   // e.g. 70: older GPUs are refused before compiling
+  SourcePos pos;
+};
+
 struct OpSpec {
   std::string name;
   int64_t version = 1;
@@ -85,6 +95,7 @@ struct OpSpec {
   std::vector<std::string> defines;
   std::vector<std::string> flags;
   std::optional<CheckSpec> check;
+  std::optional<CudaSpec> cuda;  // [cuda]
 
   const EntryPoint* find_entry(const std::string& name) const;
 };

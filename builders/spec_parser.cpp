@@ -142,7 +142,7 @@ class SpecParser {
     spec.spec_path = m_path;
     spec.spec_dir = dirname_of(m_path);
     KILN_RETURN_IF_ERROR(check_keys(root, {"name", "version", "language", "description", "sources", "include_dirs",
-                                           "defines", "flags", "entry", "check"}));
+                                           "defines", "flags", "entry", "check", "cuda"}));
     KILN_ASSIGN_OR_RETURN(spec.name, required_string(root, "name"));
     if (!is_identifier(spec.name))
       return spec_error(pos_of(*root.get("name")), "op name '" + spec.name + "' must be an identifier ([A-Za-z_][A-Za-z0-9_]*)");
@@ -171,6 +171,7 @@ class SpecParser {
     for (size_t i = 0; i < spec.flags.size(); ++i) KILN_RETURN_IF_ERROR(check_flag(spec.flags[i], *root["flags"].as_array()->get(i)));
     KILN_RETURN_IF_ERROR(parse_entries(root, spec));
     if (auto* check = root.get("check")) KILN_RETURN_IF_ERROR(parse_check(*check, spec));
+    if (auto* cuda = root.get("cuda")) KILN_RETURN_IF_ERROR(parse_cuda(*cuda, spec));
     return spec;
   }
 
@@ -248,7 +249,9 @@ class SpecParser {
 
   std::string m_dir() const { return dirname_of(absolute_path(m_path)); }
 
-  Status parse_sources(const toml::table& root, OpSpec& spec) {
+  Status parse_sources(const toml::table& root, OpSpec& spec) { return parse_source_list(root, spec.sources); }
+
+  Status parse_source_list(const toml::table& root, std::vector<SourceSpec>& sources) {
     auto* v = root.get("sources");
     if (!v) return spec_error(pos_of(root), "missing required key 'sources'");
     auto* arr = v->as_array();
@@ -275,9 +278,9 @@ class SpecParser {
       } else {
         return spec_error(src.pos, "a source is a path (string) or an inline table { name = \"x.cpp\", code = \"...\" }");
       }
-      for (auto& other : spec.sources)
+      for (auto& other : sources)
         if (other.path == src.path) return spec_error(src.pos, "source '" + src.rel_path + "' is listed twice");
-      spec.sources.push_back(std::move(src));
+      sources.push_back(std::move(src));
     }
     return {};
   }
@@ -476,6 +479,37 @@ class SpecParser {
       c.args.push_back(value);
     }
     spec.check = std::move(c);
+    return {};
+  }
+
+  Status parse_cuda(const toml::node& node, OpSpec& spec) {
+    auto* t = node.as_table();
+    if (!t) return spec_error(pos_of(node), "'cuda' must be a table ([cuda])");
+    KILN_RETURN_IF_ERROR(check_keys(*t, {"sources", "defines", "flags", "min_sm"}));
+    CudaSpec c;
+    c.pos = pos_of(node);
+    KILN_RETURN_IF_ERROR(parse_source_list(*t, c.sources));
+    if (c.sources.size() != 1)
+      return spec_error(pos_of(*t->get("sources")), "[cuda] takes one source file (NVRTC compiles one translation unit)");
+    KILN_ASSIGN_OR_RETURN(c.defines, string_list(*t, "defines"));
+    KILN_ASSIGN_OR_RETURN(c.flags, string_list(*t, "flags"));
+    for (size_t i = 0; i < c.flags.size(); ++i) {
+      const std::string& f = c.flags[i];
+      static const char* k_allowed[] = {"--use_fast_math", "-use_fast_math", "-lineinfo", "--ftz=", "--prec-div=",
+                                        "--prec-sqrt=", "--fmad=", "-maxrregcount=", "--maxrregcount=", "-O", "-G"};
+      bool ok = false;
+      for (auto* a : k_allowed) ok = ok || f.rfind(a, 0) == 0;
+      if (!ok)
+        return spec_error(pos_of(*(*t)["flags"].as_array()->get(i)),
+                          "NVRTC flag '" + f + "' is not allowed: use --use_fast_math, -lineinfo, --ftz=, --prec-div=, "
+                          "--prec-sqrt=, --fmad=, -maxrregcount=; kiln sets the architecture itself");
+    }
+    if (auto* m = t->get("min_sm")) {
+      auto v = m->value<int64_t>();
+      if (!m->is_integer() || *v < 30 || *v > 200) return spec_error(pos_of(*m), "min_sm must be a compute capability such as 70 or 90");
+      c.min_sm = static_cast<int>(*v);
+    }
+    spec.cuda = std::move(c);
     return {};
   }
 

@@ -148,7 +148,7 @@ int cmd_run(const std::vector<std::string>& argv, const std::string& cache_dir) 
   if (!ops.ok()) return fail(ops.status());
   auto op = (*ops)->get(args->positional[0], args->value("--target"));
   if (!op.ok()) return fail(op.status());
-  auto report = builders::run_self_check(**op, options);
+  auto report = builders::run_self_check(**ops, **op, options);
   if (!report.ok()) return fail(report.status());
   const BuildOutcome& o = (*op)->outcome();
   if (args->has("--json")) {
@@ -217,12 +217,13 @@ int cmd_warm(const std::vector<std::string>& argv, const std::string& cache_dir)
       } else if (args->has("--check")) {
         if (!spec->check) {
           row.check = "no check";
-        } else if (Status can = ops.accelerator().can_load("host-so", target->str()); !can.ok()) {
+        } else if (auto acc = ops.accelerator_for(*target);
+                   !acc.ok() || !(*acc)->can_load(builders::artifact_kind_for(*target), target->str()).ok()) {
           row.check = "not runnable here";
         } else {
           // The artifact is in the cache now: get() loads it from there.
           auto op = ops.get(spec->name, target->str());
-          auto report = op.ok() ? builders::run_self_check(**op) : Result<builders::CheckReport>(op.status());
+          auto report = op.ok() ? builders::run_self_check(ops, **op) : Result<builders::CheckReport>(op.status());
           if (!report.ok()) {
             std::cerr << "kiln: error: " << spec->name << ": " << report.status().message() << "\n";
             row.check = "ERROR";

@@ -67,7 +67,7 @@ TEST(OpsTest, EveryBundledOpMatchesItsReferenceAtSeveralSizes) {
     ASSERT_TRUE(op.ok()) << op.status().message();
     for (uint64_t seed : {1, 2}) {
       CheckOptions options{c.dims, seed};
-      auto report = run_self_check(**op, options);
+      auto report = run_self_check(*ops, **op, options);
       ASSERT_TRUE(report.ok()) << report.status().message();
       std::string dims;
       for (auto& [k, v] : c.dims) dims += k + "=" + std::to_string(v) + " ";
@@ -77,7 +77,7 @@ TEST(OpsTest, EveryBundledOpMatchesItsReferenceAtSeveralSizes) {
   }
   // The defaults from the specs as well.
   for (const char* name : {"vector_add", "axpby", "row_softmax", "sum_reduce"}) {
-    auto report = run_self_check(*ops->get(name).value());
+    auto report = run_self_check(*ops, *ops->get(name).value());
     ASSERT_TRUE(report.ok()) << report.status().message();
     EXPECT_TRUE(report->passed) << name << ": " << report->message;
   }
@@ -93,7 +93,7 @@ TEST(OpsTest, ABrokenKernelFailsItsCheck) {
   src.replace(pos, 10, "i + 1 < r.end;");
   specs.write("kernels/vector_add.cpp", src);
   auto ops = make_ops(cache.path(), {specs.path()});
-  auto report = run_self_check(*ops->get("vector_add").value());
+  auto report = run_self_check(*ops, *ops->get("vector_add").value());
   ASSERT_TRUE(report.ok());
   EXPECT_FALSE(report->passed);
   EXPECT_NE(report->message.find("out[255]"), std::string::npos) << report->message;

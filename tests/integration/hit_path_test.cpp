@@ -25,7 +25,7 @@ TEST(HitPathTest, AllHitsNeverLoadTheCompiler) {
     auto op = ops->get(name);
     ASSERT_TRUE(op.ok()) << op.status().message();
     EXPECT_EQ((*op)->outcome().cache, CacheOutcome::kDisk) << name;
-    auto report = run_self_check(**op);
+    auto report = run_self_check(*ops, **op);
     ASSERT_TRUE(report.ok() && report->passed) << name;
   }
   EXPECT_EQ(ops->compile_count(), 0u);

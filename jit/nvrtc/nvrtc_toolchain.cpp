@@ -1,0 +1,259 @@
+#include "jit/nvrtc/nvrtc_toolchain.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <filesystem>
+#include <regex>
+
+#include "jit/toolchain_loader.h"
+#include "support/file_util.h"
+
+namespace kiln::jit {
+namespace {
+
+struct NvrtcApi {
+#define KILN_NVRTC(name, ret, params) ret(*name) params = nullptr;
+#include "jit/nvrtc/nvrtc_symbols.def"
+#undef KILN_NVRTC
+  std::string path;     // the file that was loaded
+  int major = 0, minor = 0;
+};
+
+// "kernel.cu(12): error: identifier "x" is undefined" -> a Diagnostic.
+std::vector<Diagnostic> parse_log(const std::string& log) {
+  static const std::regex k_line(R"(^(.*)\((\d+)\): (error|warning|catastrophic error|remark): (.*)$)");
+  std::vector<Diagnostic> out;
+  size_t start = 0;
+  while (start < log.size()) {
+    size_t end = log.find('\n', start);
+    std::string line = log.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    start = end == std::string::npos ? log.size() : end + 1;
+    std::smatch m;
+    if (!std::regex_match(line, m, k_line)) continue;
+    Diagnostic d;
+    d.file = m[1];
+    d.line = static_cast<unsigned>(std::stoul(m[2]));
+    d.severity = m[3] == "warning" ? Diagnostic::Severity::kWarning
+                 : m[3] == "remark" ? Diagnostic::Severity::kNote
+                 : m[3] == "error"  ? Diagnostic::Severity::kError
+                                    : Diagnostic::Severity::kFatal;
+    d.message = m[4];
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+class NvrtcToolchain final : public Toolchain {
+ public:
+  explicit NvrtcToolchain(NvrtcApi api) : m_api(std::move(api)) {}
+
+  std::string version() const override {
+    return "nvrtc " + std::to_string(m_api.major) + "." + std::to_string(m_api.minor) + " (" + m_api.path + ")";
+  }
+
+  CompileResult compile(const CompileRequest& request) override {
+    auto start = std::chrono::steady_clock::now();
+    CompileResult result;
+    result.kind = "cuda-module";
+    auto fail = [&](const std::string& message) {
+      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, message});
+      result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      return result;
+    };
+    if (request.language != "cuda") return fail("NVRTC compiles language 'cuda', not '" + request.language + "'");
+    if (request.sources.size() != 1)
+      return fail("NVRTC compiles one translation unit; " + request.label + " has " + std::to_string(request.sources.size()));
+    std::string arch = request.target.substr(request.target.find(':') + 1);  // "sm_90"
+    CudaModuleImage image;
+    image.arch = arch;
+    // The cubin for this sm, and PTX for the same compute capability so newer GPUs can JIT it.
+    if (!run(request, "-arch=" + arch, /*cubin=*/true, image.cubin, result)) return finish(result, start);
+    if (!run(request, "-arch=compute_" + arch.substr(3), /*cubin=*/false, image.ptx, result)) return finish(result, start);
+    result.artifact = encode_cuda_module(image);
+    result.success = true;
+    // NVRTC does not report the headers it read: every file under the include folders enters
+    // the key instead (an over-approximation that never misses a change).
+    for (auto& dir : request.include_dirs) {
+      std::error_code ec;
+      for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it); it.increment(ec))
+        if (it->is_regular_file()) result.dependencies.push_back(it->path().string());
+    }
+    return finish(result, start);
+  }
+
+ private:
+  static CompileResult finish(CompileResult& r, std::chrono::steady_clock::time_point start) {
+    r.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return std::move(r);
+  }
+
+  bool run(const CompileRequest& request, const std::string& arch_flag, bool cubin, std::string& out, CompileResult& result) {
+    const SourceFile& src = request.sources.front();
+    void* prog = nullptr;
+    if (int rc = m_api.nvrtcCreateProgram(&prog, src.text.c_str(), src.path.c_str(), 0, nullptr, nullptr); rc != 0) {
+      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, std::string("nvrtcCreateProgram: ") + m_api.nvrtcGetErrorString(rc)});
+      return false;
+    }
+    std::vector<std::string> options = {arch_flag, "-std=c++17", "-default-device", "--use_fast_math=false"};
+    options.pop_back();  // keep IEEE semantics unless the spec asks otherwise
+    for (auto& dir : request.include_dirs) options.push_back("-I" + dir);
+    for (auto& def : request.defines) options.push_back("-D" + def);
+    for (auto& flag : request.flags) options.push_back(flag);
+    std::vector<const char*> argv;
+    for (auto& o : options) argv.push_back(o.c_str());
+    int rc = m_api.nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+    size_t log_size = 0;
+    m_api.nvrtcGetProgramLogSize(prog, &log_size);
+    std::string log(log_size, '\0');
+    if (log_size) m_api.nvrtcGetProgramLog(prog, log.data());
+    while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+    if (!log.empty()) {
+      result.log += log + "\n";
+      for (auto& d : parse_log(log)) result.diagnostics.push_back(std::move(d));
+    }
+    bool ok = rc == 0;
+    if (ok) {
+      size_t size = 0;
+      ok = (cubin ? m_api.nvrtcGetCUBINSize(prog, &size) : m_api.nvrtcGetPTXSize(prog, &size)) == 0;
+      out.assign(size, '\0');
+      ok = ok && (cubin ? m_api.nvrtcGetCUBIN(prog, out.data()) : m_api.nvrtcGetPTX(prog, out.data())) == 0;
+    } else if (result.diagnostics.empty()) {
+      result.diagnostics.push_back({Diagnostic::Severity::kError, src.path, 0, 0, m_api.nvrtcGetErrorString(rc)});
+    }
+    m_api.nvrtcDestroyProgram(&prog);
+    return ok;
+  }
+
+  NvrtcApi m_api;
+};
+
+std::once_flag g_once;
+Toolchain* g_toolchain = nullptr;
+Status g_status;
+std::string g_identity;
+
+void load() {
+  std::vector<std::string> tried;
+  void* handle = nullptr;
+  std::string loaded;
+  for (auto& dir : nvrtc_search_paths()) {
+    for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) {
+      std::string path = dir.empty() ? name : dir + "/" + name;
+      tried.push_back(path);
+      handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle) {
+        loaded = path;
+        break;
+      }
+    }
+    if (handle) break;
+  }
+  if (!handle) {
+    std::string where;
+    for (auto& t : tried) where += (where.empty() ? "" : ", ") + t;
+    g_status = unavailable("CUDA targets need NVRTC (libnvrtc.so.13 or .12), and none was found; kiln looked at " + where +
+                           " (set CUDA_HOME to the CUDA toolkit)");
+    return;
+  }
+  NvrtcApi api;
+#define KILN_NVRTC(name, ret, params)                                                                      \
+  api.name = reinterpret_cast<ret(*) params>(::dlsym(handle, #name));                                       \
+  if (!api.name) {                                                                                          \
+    g_status = unavailable(loaded + " has no " #name ": an NVRTC older than kiln supports (CUDA 12 or 13)"); \
+    return;                                                                                                 \
+  }
+#include "jit/nvrtc/nvrtc_symbols.def"
+#undef KILN_NVRTC
+  api.nvrtcVersion(&api.major, &api.minor);
+  // The file dlopen actually mapped (a symlink's target), for its build id.
+  struct link_map* map = nullptr;
+  std::string real = loaded;
+  if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) real = map->l_name;
+  auto id = elf_build_id(real);
+  api.path = real;
+  g_identity = "nvrtc;" + real.substr(real.find_last_of('/') + 1) + "=" + (id.ok() ? id.value() : "no-build-id");
+  g_toolchain = new NvrtcToolchain(std::move(api));
+}
+
+}  // namespace
+
+std::vector<std::string> nvrtc_search_paths() {
+  std::vector<std::string> out;
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(var); v && *v) out.push_back(std::string(v) + "/lib64");
+  out.push_back("/usr/local/cuda/lib64");
+  out.push_back("");  // the dynamic loader's own search path
+  return out;
+}
+
+Result<Toolchain*> load_nvrtc_toolchain() {
+  std::call_once(g_once, load);
+  if (!g_toolchain) return g_status;
+  return g_toolchain;
+}
+
+Result<std::string> nvrtc_toolchain_identity() {
+  // Read, not loaded: the hit path must not map a compiler. The file the loader would pick
+  // (its real name carries the full version, libnvrtc.so.13.0.48) and its ELF build id.
+  static std::once_flag once;
+  static Result<std::string> identity = not_found("");
+  std::call_once(once, [] {
+    for (auto& dir : nvrtc_search_paths()) {
+      if (dir.empty()) continue;
+      for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12"}) {
+        std::error_code ec;
+        auto real = std::filesystem::canonical(dir + "/" + name, ec);
+        if (ec) continue;
+        auto id = elf_build_id(real.string());
+        identity = "nvrtc;" + real.filename().string() + "=" + (id.ok() ? id.value() : "no-build-id");
+        return;
+      }
+    }
+    // Not in a known folder: load it to learn what the loader finds.
+    auto t = load_nvrtc_toolchain();
+    identity = t.ok() ? Result<std::string>(g_identity) : Result<std::string>(t.status());
+  });
+  return identity;
+}
+
+std::string encode_cuda_module(const CudaModuleImage& m) {
+  std::string out = "KILNCUDA1\n" + m.arch + "\n";
+  auto put = [&](const std::string& s) {
+    out += std::to_string(s.size()) + "\n";
+    out += s;
+  };
+  put(m.cubin);
+  put(m.ptx);
+  return out;
+}
+
+Result<CudaModuleImage> decode_cuda_module(std::string_view in) {
+  auto bad = [] { return Status(StatusCode::kDataLoss, "not a kiln CUDA module"); };
+  CudaModuleImage m;
+  auto line = [&](std::string& out) -> bool {
+    size_t nl = in.find('\n');
+    if (nl == std::string_view::npos) return false;
+    out.assign(in.substr(0, nl));
+    in.remove_prefix(nl + 1);
+    return true;
+  };
+  std::string magic, size;
+  if (!line(magic) || magic != "KILNCUDA1" || !line(m.arch)) return bad();
+  for (std::string* part : {&m.cubin, &m.ptx}) {
+    if (!line(size)) return bad();
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(size.c_str(), &end, 10);
+    if (size.empty() || *end || n > in.size()) return bad();
+    part->assign(in.substr(0, n));
+    in.remove_prefix(n);
+  }
+  if (!in.empty()) return bad();
+  return m;
+}
+
+}  // namespace kiln::jit
