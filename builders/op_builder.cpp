@@ -66,7 +66,7 @@ std::string generate_cpu_entry_source(const OpSpec& spec) {
       ": extern \"C\" entry points that unpack launch arguments.\n"
       "// A kernel declared here but not defined with exactly these parameter types in the op's\n"
       "// sources is an 'undefined hidden symbol' at link time.\n"
-      "#include <kiln/cpu_kernel.h>\n#include <stddef.h>\n#include <stdint.h>\n"
+      "#include <kiln/cpu_kernel.h>\n"
       "extern \"C\" __attribute__((visibility(\"default\"))) const int kiln_cpu_abi_version = KILN_CPU_ABI_VERSION;\n"
       "template <class T> static inline T kiln_arg(void* p) { return *static_cast<T*>(p); }\n";
   for (const auto& e : spec.entries) append_wrapper(out, e.name, e.name, e.params, true);

@@ -158,7 +158,10 @@ Result<CheckReport> run_self_check(Ops& ops, const LoadedOp& op, const CheckOpti
     if (!names.count(k)) return invalid_argument("op " + spec.name + " has no dim named '" + k + "'");
     names[k] = v;
   }
-  names["block"] = check.block;
+  // A backend may launch the check with its own block size ([cuda] block).
+  uint32_t block_threads = check.block;
+  if (op.accelerator().name() == "cuda" && spec.cuda && spec.cuda->block) block_threads = spec.cuda->block;
+  names["block"] = block_threads;
   KILN_ASSIGN_OR_RETURN(int64_t grid_count, eval_expr(check.grid, names));
   if (grid_count < 1 || grid_count > UINT32_MAX)
     return invalid_argument("op " + spec.name + ": grid '" + check.grid + "' is " + std::to_string(grid_count) + " blocks");
@@ -184,7 +187,7 @@ Result<CheckReport> run_self_check(Ops& ops, const LoadedOp& op, const CheckOpti
 
   CheckReport report;
   report.grid = static_cast<uint64_t>(grid_count);
-  runtime::Dim3 grid{static_cast<uint32_t>(grid_count), 1, 1}, block{check.block, 1, 1};
+  runtime::Dim3 grid{static_cast<uint32_t>(grid_count), 1, 1}, block{block_threads, 1, 1};
   KILN_ASSIGN_OR_RETURN(auto got, run_once(op, *kernel, entry, buffers, names, grid, block, &report.kernel_ms));
   KILN_ASSIGN_OR_RETURN(auto want, run_once(*reference_op, *reference, entry, buffers, names, {1, 1, 1}, {1, 1, 1}, nullptr));
 

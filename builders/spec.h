@@ -79,6 +79,7 @@ struct CudaSpec {
   std::vector<std::string> defines;
   std::vector<std::string> flags;   // NVRTC options
   int min_sm = 0;                   // e.g. 70: older GPUs are refused before compiling
+  uint32_t block = 0;               // threads per block for the check's launch (0: [check].block)
   SourcePos pos;
 };
 

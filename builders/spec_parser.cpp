@@ -485,7 +485,7 @@ class SpecParser {
   Status parse_cuda(const toml::node& node, OpSpec& spec) {
     auto* t = node.as_table();
     if (!t) return spec_error(pos_of(node), "'cuda' must be a table ([cuda])");
-    KILN_RETURN_IF_ERROR(check_keys(*t, {"sources", "defines", "flags", "min_sm"}));
+    KILN_RETURN_IF_ERROR(check_keys(*t, {"sources", "defines", "flags", "min_sm", "block"}));
     CudaSpec c;
     c.pos = pos_of(node);
     KILN_RETURN_IF_ERROR(parse_source_list(*t, c.sources));
@@ -508,6 +508,11 @@ class SpecParser {
       auto v = m->value<int64_t>();
       if (!m->is_integer() || *v < 30 || *v > 200) return spec_error(pos_of(*m), "min_sm must be a compute capability such as 70 or 90");
       c.min_sm = static_cast<int>(*v);
+    }
+    if (auto* b = t->get("block")) {
+      auto v = b->value<int64_t>();
+      if (!b->is_integer() || *v < 1 || *v > 1024) return spec_error(pos_of(*b), "[cuda] block must be 1 to 1024 threads");
+      c.block = static_cast<uint32_t>(*v);
     }
     spec.cuda = std::move(c);
     return {};

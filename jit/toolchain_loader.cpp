@@ -89,6 +89,12 @@ Result<std::string> clang_toolchain_identity() {
   static std::once_flag once;
   static Result<std::string> identity = not_found("");
   std::call_once(once, [] {
+    // A node that only loads artifacts (no LLVM, like a GPU node) names the identity of the
+    // toolchain that built them: `kiln toolchains` prints it on a node that compiles.
+    if (const char* given = std::getenv("KILN_CLANG_IDENTITY"); given && *given) {
+      identity = std::string(given);
+      return;
+    }
     std::string id = "clang-inproc;llvm=" KILN_LLVM_VERSION;
     // What compiles: kiln's driver code (its build id changes when it does), Clang and LLVM.
     for (const std::string& file : {clang_toolchain_library_path(), std::string(KILN_LIBCLANG_CPP_PATH),

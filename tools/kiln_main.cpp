@@ -8,6 +8,7 @@
 
 #include "builders/ops.h"
 #include "builders/self_check.h"
+#include "jit/nvrtc/nvrtc_toolchain.h"
 #include "jit/toolchain_loader.h"
 #include "support/file_util.h"
 #include "tools/cli_args.h"
@@ -28,6 +29,7 @@ commands:
   run OP          load an op and run its self-check against the reference
   warm            build every spec for a target and, with --check, self-check each
   cache           inspect and maintain the cache: stats, ls, show, gc, verify, clear, explain
+  toolchains      each toolchain's identity (what enters keys) or why it is unavailable
   help [COMMAND]  show help for a command
 
 global options:
@@ -258,6 +260,36 @@ int cmd_warm(const std::vector<std::string>& argv, const std::string& cache_dir)
   return all_ok ? 0 : 1;
 }
 
+int cmd_toolchains(const std::vector<std::string>& argv) {
+  auto args = parse_args(argv, {}, {"--json", "--help", "-h"});
+  if (!args.ok() || !args->positional.empty()) return usage_error("usage: kiln toolchains [--json]", k_main_help);
+  if (args->has("--help") || args->has("-h"))
+    return std::cout << "usage: kiln toolchains [--json]\n\nEach toolchain's identity, as it enters cache keys. On a node "
+                        "that only loads\nartifacts, set KILN_CLANG_IDENTITY to the clang identity printed here by a node\n"
+                        "that compiles.\n",
+           0;
+  struct Row {
+    const char* name;
+    Result<std::string> id;
+  };
+  Row rows[] = {{"clang", jit::clang_toolchain_identity()}, {"nvrtc", jit::nvrtc_toolchain_identity()}};
+  if (args->has("--json")) {
+    std::cout << "{";
+    bool first = true;
+    for (auto& r : rows) {
+      std::cout << (first ? "" : ",") << json_string(r.name) << ":{\"available\":" << (r.id.ok() ? "true" : "false")
+                << (r.id.ok() ? ",\"identity\":" + json_string(r.id.value()) : ",\"reason\":" + json_string(r.id.status().message()))
+                << "}";
+      first = false;
+    }
+    std::cout << "}\n";
+  } else {
+    for (auto& r : rows)
+      std::cout << r.name << ": " << (r.id.ok() ? r.id.value() : "unavailable: " + r.id.status().message()) << "\n";
+  }
+  return 0;
+}
+
 int run_main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string cache_dir;
@@ -283,6 +315,7 @@ int run_main(int argc, char** argv) {
   if (command == "run") return cmd_run(rest, cache_dir);
   if (command == "warm") return cmd_warm(rest, cache_dir);
   if (command == "cache") return cmd_cache(rest, cache_dir);
+  if (command == "toolchains") return cmd_toolchains(rest);
   if (command == "help") {
     std::string topic = rest.empty() ? "" : rest[0];
     if (topic == "build") return std::cout << k_build_help, 0;

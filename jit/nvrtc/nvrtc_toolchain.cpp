@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "jit/toolchain_loader.h"
+#include "support/cuda_module_format.h"
 #include "support/file_util.h"
 
 namespace kiln::jit {
@@ -141,9 +142,10 @@ void load() {
   std::vector<std::string> tried;
   void* handle = nullptr;
   std::string loaded;
+  const char* explicit_lib = std::getenv("KILN_NVRTC_LIBRARY");
   for (auto& dir : nvrtc_search_paths()) {
     for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) {
-      std::string path = dir.empty() ? name : dir + "/" + name;
+      std::string path = explicit_lib && *explicit_lib ? dir : dir.empty() ? name : dir + "/" + name;
       tried.push_back(path);
       handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (handle) {
@@ -184,6 +186,8 @@ void load() {
 
 std::vector<std::string> nvrtc_search_paths() {
   std::vector<std::string> out;
+  // KILN_NVRTC_LIBRARY names the library file itself, and then it is the only place looked.
+  if (const char* lib = std::getenv("KILN_NVRTC_LIBRARY"); lib && *lib) return {std::string(lib)};
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
     if (const char* v = std::getenv(var); v && *v) out.push_back(std::string(v) + "/lib64");
   out.push_back("/usr/local/cuda/lib64");
@@ -203,11 +207,12 @@ Result<std::string> nvrtc_toolchain_identity() {
   static std::once_flag once;
   static Result<std::string> identity = not_found("");
   std::call_once(once, [] {
+    const char* explicit_lib = std::getenv("KILN_NVRTC_LIBRARY");
     for (auto& dir : nvrtc_search_paths()) {
       if (dir.empty()) continue;
       for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12"}) {
         std::error_code ec;
-        auto real = std::filesystem::canonical(dir + "/" + name, ec);
+        auto real = std::filesystem::canonical(explicit_lib && *explicit_lib ? dir : dir + "/" + name, ec);
         if (ec) continue;
         auto id = elf_build_id(real.string());
         identity = "nvrtc;" + real.filename().string() + "=" + (id.ok() ? id.value() : "no-build-id");
@@ -219,41 +224,6 @@ Result<std::string> nvrtc_toolchain_identity() {
     identity = t.ok() ? Result<std::string>(g_identity) : Result<std::string>(t.status());
   });
   return identity;
-}
-
-std::string encode_cuda_module(const CudaModuleImage& m) {
-  std::string out = "KILNCUDA1\n" + m.arch + "\n";
-  auto put = [&](const std::string& s) {
-    out += std::to_string(s.size()) + "\n";
-    out += s;
-  };
-  put(m.cubin);
-  put(m.ptx);
-  return out;
-}
-
-Result<CudaModuleImage> decode_cuda_module(std::string_view in) {
-  auto bad = [] { return Status(StatusCode::kDataLoss, "not a kiln CUDA module"); };
-  CudaModuleImage m;
-  auto line = [&](std::string& out) -> bool {
-    size_t nl = in.find('\n');
-    if (nl == std::string_view::npos) return false;
-    out.assign(in.substr(0, nl));
-    in.remove_prefix(nl + 1);
-    return true;
-  };
-  std::string magic, size;
-  if (!line(magic) || magic != "KILNCUDA1" || !line(m.arch)) return bad();
-  for (std::string* part : {&m.cubin, &m.ptx}) {
-    if (!line(size)) return bad();
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(size.c_str(), &end, 10);
-    if (size.empty() || *end || n > in.size()) return bad();
-    part->assign(in.substr(0, n));
-    in.remove_prefix(n);
-  }
-  if (!in.empty()) return bad();
-  return m;
 }
 
 }  // namespace kiln::jit

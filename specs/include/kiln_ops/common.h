@@ -3,7 +3,6 @@
 #pragma once
 
 #include <kiln/cpu_kernel.h>
-#include <stdint.h>
 
 namespace kiln_ops {
 

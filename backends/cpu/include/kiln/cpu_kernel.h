@@ -11,7 +11,19 @@
 #ifndef KILN_CPU_KERNEL_H
 #define KILN_CPU_KERNEL_H
 
-#include <stdint.h>
+/* The fixed-width types, from the compiler's own macros rather than <stdint.h>: a kernel that
+ * includes no system header has a key that does not depend on the machine's C library, so
+ * an artifact built on one node is found by nodes with another OS image. (Repeating these
+ * typedefs is harmless where <stdint.h> is included too: they name the same types.) */
+typedef __INT8_TYPE__ int8_t;
+typedef __UINT8_TYPE__ uint8_t;
+typedef __INT16_TYPE__ int16_t;
+typedef __UINT16_TYPE__ uint16_t;
+typedef __INT32_TYPE__ int32_t;
+typedef __UINT32_TYPE__ uint32_t;
+typedef __INT64_TYPE__ int64_t;
+typedef __UINT64_TYPE__ uint64_t;
+typedef __SIZE_TYPE__ size_t;
 
 #define KILN_CPU_ABI_VERSION 1
 #define KILN_CPU_ENTRY_PREFIX "kiln_entry_"

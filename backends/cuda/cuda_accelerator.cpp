@@ -1,0 +1,264 @@
+#include "backends/cuda/cuda_accelerator.h"
+
+#include <map>
+
+#include "runtime/registry.h"
+#include "support/cuda_module_format.h"
+
+namespace kiln::backends::cuda {
+namespace {
+
+// CUdevice_attribute values (cuda.h) for the compute capability.
+constexpr int k_attr_cc_major = 75, k_attr_cc_minor = 76;
+
+using DevicePtr = unsigned long long;
+DevicePtr dptr(const void* p) { return reinterpret_cast<DevicePtr>(p); }
+
+class CudaEvent final : public runtime::Event {
+ public:
+  CudaEvent(const CudaAccelerator& acc, void* event) : m_acc(acc), m_event(event) {}
+  ~CudaEvent() override {
+    if (m_acc.bind().ok()) m_acc.drv().cuEventDestroy_v2(m_event);
+  }
+  bool query() override { return m_acc.bind().ok() && m_acc.drv().cuEventQuery(m_event) == 0; }
+  Status synchronize() override {
+    KILN_RETURN_IF_ERROR(m_acc.bind());
+    KILN_CU_CHECK(m_acc.drv(), cuEventSynchronize(m_event), "event synchronize");
+    return {};
+  }
+  void* handle() const { return m_event; }
+
+ private:
+  const CudaAccelerator& m_acc;
+  void* m_event;
+};
+
+class CudaStream final : public runtime::Stream {
+ public:
+  CudaStream(const CudaAccelerator& acc, void* stream) : m_acc(acc), m_stream(stream) {}
+  ~CudaStream() override {
+    if (m_acc.bind().ok()) m_acc.drv().cuStreamDestroy_v2(m_stream);
+  }
+  Status copy_async(void* dst, const void* src, size_t bytes) override {
+    KILN_RETURN_IF_ERROR(m_acc.bind());
+    KILN_CU_CHECK(m_acc.drv(), cuMemcpyAsync(dptr(dst), dptr(src), bytes, m_stream), "copy");
+    return {};
+  }
+  Status memset_async(void* dst, int value, size_t bytes) override {
+    KILN_RETURN_IF_ERROR(m_acc.bind());
+    KILN_CU_CHECK(m_acc.drv(), cuMemsetD8Async(dptr(dst), static_cast<unsigned char>(value), bytes, m_stream), "memset");
+    return {};
+  }
+  Status record(runtime::Event& event) override {
+    auto* e = dynamic_cast<CudaEvent*>(&event);
+    if (!e) return invalid_argument("record: the event belongs to another accelerator");
+    KILN_RETURN_IF_ERROR(m_acc.bind());
+    KILN_CU_CHECK(m_acc.drv(), cuEventRecord(e->handle(), m_stream), "event record");
+    return {};
+  }
+  Status wait(runtime::Event& event) override {
+    auto* e = dynamic_cast<CudaEvent*>(&event);
+    if (!e) return invalid_argument("wait: the event belongs to another accelerator");
+    KILN_RETURN_IF_ERROR(m_acc.bind());
+    KILN_CU_CHECK(m_acc.drv(), cuStreamWaitEvent(m_stream, e->handle(), 0), "stream wait");
+    return {};
+  }
+  Status synchronize() override {
+    KILN_RETURN_IF_ERROR(m_acc.bind());
+    KILN_CU_CHECK(m_acc.drv(), cuStreamSynchronize(m_stream), "stream synchronize");
+    return {};
+  }
+  void* handle() const { return m_stream; }
+
+ private:
+  const CudaAccelerator& m_acc;
+  void* m_stream;
+};
+
+class CudaKernel final : public runtime::Kernel {
+ public:
+  CudaKernel(const CudaAccelerator& acc, runtime::KernelSignature sig, void* function)
+      : m_acc(acc), m_sig(std::move(sig)), m_function(function) {}
+  const runtime::KernelSignature& signature() const override { return m_sig; }
+  Status launch(runtime::Stream& stream, runtime::Dim3 grid, runtime::Dim3 block, const void* const* args,
+                size_t num_args) override {
+    auto* s = dynamic_cast<CudaStream*>(&stream);
+    if (!s) return invalid_argument("kernel " + m_sig.name + ": the stream belongs to another accelerator");
+    if (num_args != m_sig.param_sizes.size())
+      return invalid_argument("kernel " + m_sig.name + " takes " + std::to_string(m_sig.param_sizes.size()) +
+                              " arguments, launch passed " + std::to_string(num_args));
+    KILN_RETURN_IF_ERROR(m_acc.bind());
+    // cuLaunchKernel copies the argument values before it returns, as Kernel::launch promises.
+    KILN_CU_CHECK(m_acc.drv(),
+                  cuLaunchKernel(m_function, grid.x, grid.y, grid.z, block.x, block.y, block.z, 0, s->handle(),
+                                 const_cast<void**>(args), nullptr),
+                  "launch of " + m_sig.name);
+    return {};
+  }
+
+ private:
+  const CudaAccelerator& m_acc;
+  runtime::KernelSignature m_sig;
+  void* m_function;
+};
+
+class CudaModule final : public runtime::Module {
+ public:
+  CudaModule(const CudaAccelerator& acc, void* module, std::string label) : m_acc(acc), m_module(module), m_label(std::move(label)) {}
+  ~CudaModule() override {
+    if (m_acc.bind().ok()) m_acc.drv().cuModuleUnload(m_module);
+  }
+  Result<runtime::Kernel*> kernel(std::string_view name) override {
+    auto it = m_kernels.find(std::string(name));
+    if (it == m_kernels.end()) return not_found(m_label + " has no kernel named '" + std::string(name) + "'");
+    return static_cast<runtime::Kernel*>(it->second.get());
+  }
+  Status add(const runtime::KernelSignature& sig) {
+    void* fn = nullptr;
+    KILN_CU_CHECK(m_acc.drv(), cuModuleGetFunction(&fn, m_module, sig.name.c_str()),
+                  m_label + ": kernel " + sig.name + " (is it extern \"C\" __global__?)");
+    m_kernels[sig.name] = std::make_unique<CudaKernel>(m_acc, sig, fn);
+    return {};
+  }
+
+ private:
+  const CudaAccelerator& m_acc;
+  void* m_module;
+  std::string m_label;
+  std::map<std::string, std::unique_ptr<CudaKernel>> m_kernels;
+};
+
+int sm_of(std::string_view target) {
+  auto pos = target.find("sm_");
+  return pos == std::string_view::npos ? -1 : std::atoi(std::string(target.substr(pos + 3)).c_str());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaAccelerator>> CudaAccelerator::create(int device) {
+  KILN_ASSIGN_OR_RETURN(const Driver* d, driver());
+  int count = 0;
+  KILN_CU_CHECK(*d, cuDeviceGetCount(&count), "count devices");
+  if (count <= device) return unavailable("no CUDA device " + std::to_string(device) + " (" + std::to_string(count) + " found)");
+  std::unique_ptr<CudaAccelerator> acc(new CudaAccelerator);
+  acc->m_driver = d;
+  KILN_CU_CHECK(*d, cuDeviceGet(&acc->m_device, device), "get device");
+  int major = 0, minor = 0;
+  KILN_CU_CHECK(*d, cuDeviceGetAttribute(&major, k_attr_cc_major, acc->m_device), "compute capability");
+  KILN_CU_CHECK(*d, cuDeviceGetAttribute(&minor, k_attr_cc_minor, acc->m_device), "compute capability");
+  acc->m_sm = major * 10 + minor;
+  KILN_CU_CHECK(*d, cuDevicePrimaryCtxRetain(&acc->m_context, acc->m_device), "retain the primary context");
+  return acc;
+}
+
+CudaAccelerator::~CudaAccelerator() {
+  m_default_stream.reset();
+  if (m_context) m_driver->cuDevicePrimaryCtxRelease_v2(m_device);
+}
+
+Status CudaAccelerator::bind() const {
+  KILN_CU_CHECK(*m_driver, cuCtxSetCurrent(m_context), "make the CUDA context current");
+  return {};
+}
+
+int CudaAccelerator::device_count() const {
+  int n = 0;
+  return m_driver->cuDeviceGetCount(&n) == 0 ? n : 0;
+}
+
+std::string CudaAccelerator::device_name(int device) const {
+  int dev = 0;
+  char name[256] = {};
+  if (m_driver->cuDeviceGet(&dev, device) != 0 || m_driver->cuDeviceGetName(name, sizeof name, dev) != 0) return "CUDA device";
+  return name;
+}
+
+Status CudaAccelerator::can_load(std::string_view kind, std::string_view target) const {
+  if (kind != "cuda-module") return unavailable("the cuda accelerator loads cuda-module artifacts, not " + std::string(kind));
+  int sm = sm_of(target);
+  if (target.substr(0, 5) != "cuda:" || sm < 0) return unavailable("artifact target " + std::string(target) + " is not a CUDA target");
+  if (sm > m_sm)
+    return unavailable("artifact built for sm_" + std::to_string(sm) + ", but this GPU (" + device_name(0) + ") is sm_" +
+                       std::to_string(m_sm));
+  return {};
+}
+
+Result<void*> CudaAccelerator::allocate(size_t bytes) {
+  KILN_RETURN_IF_ERROR(bind());
+  DevicePtr p = 0;
+  KILN_CU_CHECK(*m_driver, cuMemAlloc_v2(&p, bytes ? bytes : 1), "allocate " + std::to_string(bytes) + " bytes");
+  return reinterpret_cast<void*>(p);
+}
+
+void CudaAccelerator::deallocate(void* ptr) {
+  if (ptr && bind().ok()) m_driver->cuMemFree_v2(dptr(ptr));
+}
+
+Status CudaAccelerator::copy(void* dst, const void* src, size_t bytes) {
+  KILN_RETURN_IF_ERROR(bind());
+  // Unified addressing: the driver tells host and device pointers apart.
+  KILN_CU_CHECK(*m_driver, cuMemcpy(dptr(dst), dptr(src), bytes), "copy " + std::to_string(bytes) + " bytes");
+  return {};
+}
+
+runtime::Stream& CudaAccelerator::default_stream() {
+  std::call_once(m_default_once, [&] {
+    auto s = create_stream();
+    if (s.ok()) m_default_stream = std::move(s).value();
+  });
+  return *m_default_stream;
+}
+
+Result<std::unique_ptr<runtime::Stream>> CudaAccelerator::create_stream() {
+  KILN_RETURN_IF_ERROR(bind());
+  void* s = nullptr;
+  KILN_CU_CHECK(*m_driver, cuStreamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */), "create a stream");
+  return std::unique_ptr<runtime::Stream>(std::make_unique<CudaStream>(*this, s));
+}
+
+Result<std::unique_ptr<runtime::Event>> CudaAccelerator::create_event() {
+  KILN_RETURN_IF_ERROR(bind());
+  void* e = nullptr;
+  KILN_CU_CHECK(*m_driver, cuEventCreate(&e, 0), "create an event");
+  return std::unique_ptr<runtime::Event>(std::make_unique<CudaEvent>(*this, e));
+}
+
+Result<std::shared_ptr<runtime::Module>> CudaAccelerator::load_module(const runtime::ModuleImage& image) {
+  KILN_RETURN_IF_ERROR(can_load(image.kind, image.target));
+  KILN_ASSIGN_OR_RETURN(CudaModuleImage m, decode_cuda_module(image.bytes));
+  KILN_RETURN_IF_ERROR(bind());
+  // The cubin runs only on the sm it was built for; PTX of an older compute capability is
+  // compiled by the driver for this one.
+  bool exact = m.arch == "sm_" + std::to_string(m_sm) && !m.cubin.empty();
+  const std::string& code = exact ? m.cubin : m.ptx;
+  if (code.empty()) return unavailable(image.label + ": the artifact has no code this GPU can load");
+  void* module = nullptr;
+  KILN_CU_CHECK(*m_driver, cuModuleLoadData(&module, code.c_str()),
+                image.label + " (" + (exact ? "cubin " : "PTX for ") + m.arch + ", device sm_" + std::to_string(m_sm) + ")");
+  auto out = std::make_shared<CudaModule>(*this, module, image.label);
+  for (auto& sig : image.kernels) KILN_RETURN_IF_ERROR(out->add(sig));
+  return std::shared_ptr<runtime::Module>(std::move(out));
+}
+
+namespace {
+const bool k_registered = [] {
+  Status st = runtime::register_backend({
+      .name = "cuda",
+      .priority = 100,
+      // Loads and initialises the driver (no context): enough to know a GPU is there.
+      .is_available = [] {
+        auto d = driver();
+        int n = 0;
+        return d.ok() && (*d)->cuDeviceGetCount(&n) == 0 && n > 0;
+      },
+      .create = []() -> Result<std::unique_ptr<runtime::Accelerator>> {
+        auto acc = CudaAccelerator::create(0);
+        if (!acc.ok()) return acc.status();
+        return std::unique_ptr<runtime::Accelerator>(std::move(acc).value());
+      },
+  });
+  return st.ok();
+}();
+}  // namespace
+
+}  // namespace kiln::backends::cuda

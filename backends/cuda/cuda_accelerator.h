@@ -1,0 +1,53 @@
+// The CUDA accelerator over the driver API: device 0's primary context, device memory,
+// streams (CUstream), events (CUevent), modules loaded from kiln's cuda-module artifacts
+// (the cubin when it was built for this GPU, else its PTX, which the driver compiles), and
+// kernels launched with cuLaunchKernel. Registered as "cuda", ahead of "cpu".
+//
+// Thread-safety: every call makes the context current on the calling thread first, so any
+// thread may use it.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "backends/cuda/cuda_driver.h"
+#include "runtime/accelerator.h"
+
+namespace kiln::backends::cuda {
+
+class CudaAccelerator final : public runtime::Accelerator {
+ public:
+  static Result<std::unique_ptr<CudaAccelerator>> create(int device = 0);
+  ~CudaAccelerator() override;
+
+  std::string_view name() const override { return "cuda"; }
+  int device_count() const override;
+  std::string device_name(int device) const override;
+  std::string native_target() const override { return "cuda:sm_" + std::to_string(m_sm); }
+  Status can_load(std::string_view kind, std::string_view target) const override;
+
+  Result<void*> allocate(size_t bytes) override;
+  void deallocate(void* ptr) override;
+  Status copy(void* dst, const void* src, size_t bytes) override;
+
+  runtime::Stream& default_stream() override;
+  Result<std::unique_ptr<runtime::Stream>> create_stream() override;
+  Result<std::unique_ptr<runtime::Event>> create_event() override;
+  Result<std::shared_ptr<runtime::Module>> load_module(const runtime::ModuleImage& image) override;
+
+  // Makes this accelerator's context current on the calling thread.
+  Status bind() const;
+  const Driver& drv() const { return *m_driver; }
+  int sm() const { return m_sm; }
+
+ private:
+  CudaAccelerator() = default;
+  const Driver* m_driver = nullptr;
+  int m_device = 0;
+  int m_sm = 0;
+  void* m_context = nullptr;
+  std::once_flag m_default_once;
+  std::unique_ptr<runtime::Stream> m_default_stream;
+};
+
+}  // namespace kiln::backends::cuda

@@ -1,0 +1,99 @@
+// CUDA compiles through NVRTC: no GPU needed, so these run wherever the CUDA toolkit is
+// installed, and skip (saying why) where it is not.
+#include <gtest/gtest.h>
+
+#include "builders/ops.h"
+#include "jit/nvrtc/nvrtc_toolchain.h"
+#include "support/cuda_module_format.h"
+#include "tests/test_util.h"
+
+namespace kiln::builders {
+namespace {
+
+class CudaCompileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto nvrtc = jit::load_nvrtc_toolchain();
+    if (!nvrtc.ok()) GTEST_SKIP() << "NVRTC is not installed here: " << nvrtc.status().message();
+    OpsOptions o;
+    o.cache_dir = cache.path();
+    o.spec_dirs = {testing::bundled_spec_dir()};
+    o.accelerator = "cpu";
+    ops = Ops::create(o).value();
+  }
+  testing::TempDir cache;
+  std::unique_ptr<Ops> ops;
+};
+
+TEST_F(CudaCompileTest, EveryBundledOpCompilesToCubinAndPtxThenHits) {
+  for (const char* name : {"vector_add", "axpby", "row_softmax", "sum_reduce"}) {
+    for (const char* arch : {"cuda:sm_80", "cuda:sm_90"}) {
+      auto spec = ops->find_spec(name).value();
+      auto outcome = ops->build(spec, parse_target(arch).value());
+      ASSERT_TRUE(outcome.ok()) << outcome.status().message();
+      ASSERT_TRUE(outcome->success) << name << " " << arch << "\n" << outcome->diagnostics_text();
+      EXPECT_EQ(outcome->kind, "cuda-module");
+      auto image = decode_cuda_module(outcome->artifact);
+      ASSERT_TRUE(image.ok());
+      EXPECT_EQ("cuda:" + image->arch, arch);
+      EXPECT_EQ(image->cubin.substr(1, 3), "ELF");
+      EXPECT_NE(image->ptx.find(".entry " + std::string(name)), std::string::npos);
+      auto again = ops->build(spec, parse_target(arch).value()).value();
+      EXPECT_EQ(again.cache, CacheOutcome::kDisk);
+      EXPECT_EQ(again.key, outcome->key);
+    }
+  }
+  EXPECT_EQ(ops->compile_count(), 8u);
+}
+
+TEST_F(CudaCompileTest, TheArchitectureAndTheCudaSourceAreInTheKey) {
+  auto spec = ops->find_spec("axpby").value();
+  auto a = ops->build(spec, parse_target("cuda:sm_80").value()).value();
+  auto b = ops->build(spec, parse_target("cuda:sm_90").value()).value();
+  auto cpu = ops->build(spec, parse_target("cpu").value()).value();
+  EXPECT_NE(a.key, b.key);
+  EXPECT_NE(a.key, cpu.key);
+}
+
+TEST_F(CudaCompileTest, ACompileErrorComesBackWithItsLine) {
+  testing::TempDir specs;
+  specs.write("bad.toml", "name = \"bad\"\nlanguage = \"cpp\"\nsources = [\"bad.cpp\"]\n[[entry]]\nname = \"bad\"\n"
+                          "params = [\"float* x\"]\n[cuda]\nsources = [\"bad.cu\"]\n");
+  specs.write("bad.cpp", "\n");
+  specs.write("bad.cu", "extern \"C\" __global__ void bad(float* x) {\n  x[0] = undefined_thing;\n}\n");
+  OpsOptions o;
+  o.cache_dir = cache.path();
+  o.spec_dirs = {specs.path()};
+  o.accelerator = "cpu";
+  auto local = Ops::create(o).value();
+  auto outcome = local->build(local->find_spec("bad").value(), parse_target("cuda:sm_90").value()).value();
+  EXPECT_FALSE(outcome.success);
+  ASSERT_FALSE(outcome.diagnostics.empty());
+  EXPECT_EQ(outcome.diagnostics[0].file, specs / "bad.cu");
+  EXPECT_EQ(outcome.diagnostics[0].line, 2u);
+  EXPECT_NE(outcome.diagnostics[0].message.find("undefined_thing"), std::string::npos);
+}
+
+TEST_F(CudaCompileTest, AnOlderGpuIsRefusedBeforeCompiling) {
+  auto spec = ops->find_spec("sum_reduce").value();  // min_sm = 60: double atomicAdd
+  auto old = ops->build(spec, parse_target("cuda:sm_52").value());
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.status().message().find("needs compute capability 60 or newer; cuda:sm_52 is 52"), std::string::npos)
+      << old.status().message();
+  EXPECT_EQ(ops->compile_count(), 0u);
+  EXPECT_FALSE(parse_target("cuda").ok());
+  EXPECT_FALSE(parse_target("cuda:sm_9x").ok());
+}
+
+TEST(CudaAbsentTest, MissingNvrtcIsOneClearMessage) {
+  testing::TempDir cache;
+  auto r = testing::run_process({testing::kiln_binary(), "--cache-dir", cache.path(), "build",
+                                 testing::bundled_spec_dir() + "/vector_add.toml", "--target", "cuda:sm_90"},
+                                {{"KILN_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.13"}});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("CUDA targets need NVRTC"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent/libnvrtc.so.13"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kiln::builders
