@@ -50,9 +50,10 @@ TEST_F(CudaCompileTest, TheArchitectureAndTheCudaSourceAreInTheKey) {
   auto spec = ops->find_spec("axpby").value();
   auto a = ops->build(spec, parse_target("cuda:sm_80").value()).value();
   auto b = ops->build(spec, parse_target("cuda:sm_90").value()).value();
-  auto cpu = ops->build(spec, parse_target("cpu").value()).value();
   EXPECT_NE(a.key, b.key);
-  EXPECT_NE(a.key, cpu.key);
+  auto cpu = ops->build(spec, parse_target("cpu").value());
+  if (!cpu.ok()) GTEST_SKIP() << "no cpu toolchain here to compare with: " << cpu.status().message();
+  EXPECT_NE(a.key, cpu->key);
 }
 
 TEST_F(CudaCompileTest, ACompileErrorComesBackWithItsLine) {
