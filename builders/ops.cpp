@@ -189,7 +189,9 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   std::optional<cache::KeyLock> lock;
   if (m_store) {
     lock.emplace(cache::KeyLock::acquire(m_store->root(), input.key, cache::lock_timeout_from_env()));
-    if (lock->waited() && lookup(spec, input, out)) return finish();
+    // Look again under the lock, whether or not we waited: another process may have stored
+    // the artifact and released the lock between our first lookup and our taking it.
+    if (lookup(spec, input, out)) return finish();
     if (!lock->held() && lock->waited())
       warn_once("lock-timeout", "waited too long for another process compiling op " + spec.name + "; compiling here too");
   }
