@@ -21,7 +21,7 @@ Status is_compatible(const OpSpec& spec, const Target& target) {
   }
   if (target.backend == "cuda") {
     if (!spec.cuda) return unavailable("op " + spec.name + " has no CUDA version (no [cuda] table in " + spec.spec_path + ")");
-    int sm = std::atoi(target.arch.c_str() + 3);
+    int sm = cuda_archs(target).front();  // the oldest GPU the artifact is for
     if (spec.cuda->min_sm > sm)
       return unavailable("op " + spec.name + " needs compute capability " + std::to_string(spec.cuda->min_sm) + " or newer; " +
                          target.str() + " is " + std::to_string(sm));

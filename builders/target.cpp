@@ -2,6 +2,10 @@
 
 #include "runtime/host_cpu.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
 namespace kiln::builders {
 
 Result<Target> parse_target(std::string_view text) {
@@ -15,14 +19,44 @@ Result<Target> parse_target(std::string_view text) {
     return Target{"cpu", std::string(arch)};
   }
   if (backend == "cuda") {
-    // cuda:sm_90 (a compute capability as NVIDIA spells it: sm_ and two or three digits).
-    bool ok = arch.size() >= 5 && arch.size() <= 6 && arch.substr(0, 3) == "sm_";
-    for (size_t i = 3; ok && i < arch.size(); ++i) ok = arch[i] >= '0' && arch[i] <= '9';
-    if (!ok) return invalid_argument("CUDA target '" + std::string(text) + "' needs an architecture, e.g. cuda:sm_90");
-    return Target{"cuda", std::string(arch)};
+    // cuda:sm_90, or a list: cuda:sm_80,sm_90,sm_100 (sorted, duplicates dropped).
+    std::vector<int> archs;
+    std::string_view rest = arch;
+    while (true) {
+      std::string_view item = rest.substr(0, rest.find(','));
+      if (item.substr(0, 5) == "cuda:") item.remove_prefix(5);
+      bool ok = item.size() >= 5 && item.size() <= 6 && item.substr(0, 3) == "sm_";
+      for (size_t i = 3; ok && i < item.size(); ++i) ok = item[i] >= '0' && item[i] <= '9';
+      if (!ok)
+        return invalid_argument("CUDA target '" + std::string(text) +
+                                "' needs architectures such as cuda:sm_90 or cuda:sm_80,sm_90,sm_100");
+      int sm = std::atoi(std::string(item.substr(3)).c_str());
+      if (std::find(archs.begin(), archs.end(), sm) == archs.end()) archs.push_back(sm);
+      if (item.size() == rest.size() || rest.find(',') == std::string_view::npos) break;
+      rest.remove_prefix(rest.find(',') + 1);
+    }
+    std::sort(archs.begin(), archs.end());
+    std::string normal;
+    for (int sm : archs) normal += (normal.empty() ? "sm_" : ",sm_") + std::to_string(sm);
+    return Target{"cuda", normal};
   }
   return invalid_argument("unknown target '" + std::string(text) +
                           "' (this kiln builds for: cpu, cpu:x86-64-v2 .. cpu:x86-64-v4, cuda:sm_XX)");
+}
+
+}  // namespace kiln::builders
+
+namespace kiln::builders {
+
+std::vector<int> cuda_archs(const Target& target) {
+  std::vector<int> out;
+  std::string_view a = target.arch;
+  size_t pos = 0;
+  while ((pos = a.find("sm_", pos)) != std::string_view::npos) {
+    out.push_back(std::atoi(std::string(a.substr(pos + 3, a.find(',', pos) - pos - 3)).c_str()));
+    pos += 3;
+  }
+  return out;
 }
 
 }  // namespace kiln::builders

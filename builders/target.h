@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "support/status.h"
 
@@ -17,5 +18,8 @@ struct Target {
 };
 
 Result<Target> parse_target(std::string_view text);
+
+// The compute capabilities of a CUDA target, ascending: cuda:sm_80,sm_90 -> {80, 90}.
+std::vector<int> cuda_archs(const Target& target);
 
 }  // namespace kiln::builders

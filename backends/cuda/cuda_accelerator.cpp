@@ -128,6 +128,7 @@ class CudaModule final : public runtime::Module {
   std::map<std::string, std::unique_ptr<CudaKernel>> m_kernels;
 };
 
+// The oldest compute capability of a target such as cuda:sm_80,sm_90 (lists are sorted).
 int sm_of(std::string_view target) {
   auto pos = target.find("sm_");
   return pos == std::string_view::npos ? -1 : std::atoi(std::string(target.substr(pos + 3)).c_str());
@@ -227,14 +228,17 @@ Result<std::shared_ptr<runtime::Module>> CudaAccelerator::load_module(const runt
   KILN_RETURN_IF_ERROR(can_load(image.kind, image.target));
   KILN_ASSIGN_OR_RETURN(CudaModuleImage m, decode_cuda_module(image.bytes));
   KILN_RETURN_IF_ERROR(bind());
-  // The cubin runs only on the sm it was built for; PTX of an older compute capability is
-  // compiled by the driver for this one.
-  bool exact = m.arch == "sm_" + std::to_string(m_sm) && !m.cubin.empty();
-  const std::string& code = exact ? m.cubin : m.ptx;
-  if (code.empty()) return unavailable(image.label + ": the artifact has no code this GPU can load");
+  // A cubin runs on its own major version at an equal or newer minor; otherwise the PTX of
+  // an older compute capability is compiled by the driver for this GPU.
+  bool cubin = false;
+  int sm_used = 0;
+  std::string_view code = pick_cuda_code(m, m_sm, &cubin, &sm_used);
+  if (code.empty()) return unavailable(image.label + ": the artifact has no code this GPU (sm_" + std::to_string(m_sm) + ") can load");
+  std::string owned(code);  // cuModuleLoadData wants a NUL-terminated image for PTX
   void* module = nullptr;
-  KILN_CU_CHECK(*m_driver, cuModuleLoadData(&module, code.c_str()),
-                image.label + " (" + (exact ? "cubin " : "PTX for ") + m.arch + ", device sm_" + std::to_string(m_sm) + ")");
+  KILN_CU_CHECK(*m_driver, cuModuleLoadData(&module, owned.c_str()),
+                image.label + " (" + (cubin ? "cubin for sm_" : "PTX for compute_") + std::to_string(sm_used) +
+                    ", device sm_" + std::to_string(m_sm) + ")");
   auto out = std::make_shared<CudaModule>(*this, module, image.label);
   for (auto& sig : image.kernels) KILN_RETURN_IF_ERROR(out->add(sig));
   return std::shared_ptr<runtime::Module>(std::move(out));

@@ -2,6 +2,8 @@
 // installed, and skip (saying why) where it is not.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "builders/ops.h"
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "support/cuda_module_format.h"
@@ -35,8 +37,11 @@ TEST_F(CudaCompileTest, EveryBundledOpCompilesToCubinAndPtxThenHits) {
       EXPECT_EQ(outcome->kind, "cuda-module");
       auto image = decode_cuda_module(outcome->artifact);
       ASSERT_TRUE(image.ok());
-      EXPECT_EQ("cuda:" + image->arch, arch);
-      EXPECT_EQ(image->cubin.substr(1, 3), "ELF");
+      int sm = std::atoi(arch + 8);
+      ASSERT_EQ(image->cubins.size(), 1u);
+      EXPECT_EQ(image->cubins.begin()->first, sm);
+      EXPECT_EQ(image->cubins.begin()->second.substr(1, 3), "ELF");
+      EXPECT_EQ(image->ptx_sm, sm);
       EXPECT_NE(image->ptx.find(".entry " + std::string(name)), std::string::npos);
       auto again = ops->build(spec, parse_target(arch).value()).value();
       EXPECT_EQ(again.cache, CacheOutcome::kDisk);
@@ -54,6 +59,29 @@ TEST_F(CudaCompileTest, TheArchitectureAndTheCudaSourceAreInTheKey) {
   auto cpu = ops->build(spec, parse_target("cpu").value());
   if (!cpu.ok()) GTEST_SKIP() << "no cpu toolchain here to compare with: " << cpu.status().message();
   EXPECT_NE(a.key, cpu->key);
+}
+
+TEST_F(CudaCompileTest, AnArchitectureListGivesACubinPerArchitectureAndPtxForTheOldest) {
+  auto target = parse_target("cuda:sm_100,sm_80,sm_90,sm_80").value();
+  EXPECT_EQ(target.str(), "cuda:sm_80,sm_90,sm_100");  // sorted, duplicates dropped: one key
+  auto outcome = ops->build(ops->find_spec("row_softmax").value(), target).value();
+  ASSERT_TRUE(outcome.success) << outcome.diagnostics_text();
+  auto image = decode_cuda_module(outcome.artifact).value();
+  ASSERT_EQ(image.cubins.size(), 3u);
+  EXPECT_EQ(image.ptx_sm, 80);
+  // What each GPU would load: its own cubin, a same-major one, or the PTX.
+  bool cubin = false;
+  int used = 0;
+  EXPECT_FALSE(pick_cuda_code(image, 90, &cubin, &used).empty());
+  EXPECT_TRUE(cubin);
+  EXPECT_EQ(used, 90);
+  pick_cuda_code(image, 86, &cubin, &used);
+  EXPECT_TRUE(cubin);
+  EXPECT_EQ(used, 80);
+  pick_cuda_code(image, 120, &cubin, &used);
+  EXPECT_FALSE(cubin);
+  EXPECT_EQ(used, 80);
+  EXPECT_TRUE(pick_cuda_code(image, 75, &cubin, &used).empty());
 }
 
 TEST_F(CudaCompileTest, ACompileErrorComesBackWithItsLine) {

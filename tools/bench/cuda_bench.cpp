@@ -46,7 +46,7 @@ struct Setup {
     auto image = decode_cuda_module(built.artifact).value();
     const auto& d = *backends::cuda::driver().value();
     void* module = nullptr;
-    d.cuModuleLoadData(&module, image.cubin.c_str());
+    d.cuModuleLoadData(&module, image.cubins.rbegin()->second.c_str());
     d.cuModuleGetFunction(&bare_function, module, "vector_add");
     d.cuStreamCreate(&bare_stream, 1);
   }
