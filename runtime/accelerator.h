@@ -54,6 +54,16 @@ class Event {
   virtual Status synchronize() = 0;
 };
 
+class Stream;
+
+// Recorded work replayed as a whole, its launch arguments already resolved. Maps to
+// CUgraphExec. Made by Stream::end_capture; lives no longer than its accelerator.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual Status launch(Stream& stream) = 0;
+};
+
 // An in-order queue of work. Maps to CUstream / hipStream_t.
 class Stream {
  public:
@@ -66,6 +76,12 @@ class Stream {
   virtual Status wait(Event& event) = 0;
   // Blocks until everything submitted so far has completed.
   virtual Status synchronize() = 0;
+
+  // Capture: work submitted until end_capture() is recorded instead of run, and comes back
+  // as a Graph to replay (cuStreamBeginCapture / cuStreamEndCapture + cuGraphInstantiate).
+  // Backends without graphs say so here.
+  virtual Status begin_capture() { return unavailable("this accelerator does not capture graphs yet"); }
+  virtual Result<std::unique_ptr<Graph>> end_capture() { return unavailable("this accelerator does not capture graphs yet"); }
 };
 
 // One entry point of a loaded module. Maps to CUfunction.

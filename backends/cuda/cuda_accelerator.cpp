@@ -33,6 +33,23 @@ class CudaEvent final : public runtime::Event {
   void* m_event;
 };
 
+class CudaGraph final : public runtime::Graph {
+ public:
+  CudaGraph(const CudaAccelerator& acc, void* graph, void* exec) : m_acc(acc), m_graph(graph), m_exec(exec) {}
+  ~CudaGraph() override {
+    if (m_acc.bind().ok()) {
+      m_acc.drv().cuGraphExecDestroy(m_exec);
+      m_acc.drv().cuGraphDestroy(m_graph);
+    }
+  }
+  Status launch(runtime::Stream& stream) override;
+
+ private:
+  const CudaAccelerator& m_acc;
+  void* m_graph;
+  void* m_exec;
+};
+
 class CudaStream final : public runtime::Stream {
  public:
   CudaStream(const CudaAccelerator& acc, void* stream) : m_acc(acc), m_stream(stream) {}
@@ -68,12 +85,38 @@ class CudaStream final : public runtime::Stream {
     KILN_CU_CHECK(m_acc.drv(), cuStreamSynchronize(m_stream), "stream synchronize");
     return {};
   }
+  Status begin_capture() override {
+    KILN_RETURN_IF_ERROR(m_acc.bind());
+    // Thread-local mode: other threads' unrelated CUDA calls do not break this capture.
+    KILN_CU_CHECK(m_acc.drv(), cuStreamBeginCapture_v2(m_stream, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */),
+                  "begin capture");
+    return {};
+  }
+  Result<std::unique_ptr<runtime::Graph>> end_capture() override {
+    KILN_RETURN_IF_ERROR(m_acc.bind());
+    void* graph = nullptr;
+    KILN_CU_CHECK(m_acc.drv(), cuStreamEndCapture(m_stream, &graph), "end capture");
+    void* exec = nullptr;
+    if (int rc = m_acc.drv().cuGraphInstantiateWithFlags(&exec, graph, 0); rc != 0) {
+      m_acc.drv().cuGraphDestroy(graph);
+      return Status(StatusCode::kInternal, "instantiate the captured graph: " + m_acc.drv().error("cuGraphInstantiateWithFlags", rc));
+    }
+    return std::unique_ptr<runtime::Graph>(std::make_unique<CudaGraph>(m_acc, graph, exec));
+  }
   void* handle() const { return m_stream; }
 
  private:
   const CudaAccelerator& m_acc;
   void* m_stream;
 };
+
+Status CudaGraph::launch(runtime::Stream& stream) {
+  auto* s = dynamic_cast<CudaStream*>(&stream);
+  if (!s) return invalid_argument("graph launch: the stream belongs to another accelerator");
+  KILN_RETURN_IF_ERROR(m_acc.bind());
+  KILN_CU_CHECK(m_acc.drv(), cuGraphLaunch(m_exec, s->handle()), "graph launch");
+  return {};
+}
 
 class CudaKernel final : public runtime::Kernel {
  public:

@@ -90,5 +90,41 @@ TEST_F(CudaAcceleratorTest, StreamsCopyAndEventsOrderWork) {
   cuda->deallocate(b);
 }
 
+TEST_F(CudaAcceleratorTest, ACapturedGraphReplaysItsLaunches) {
+  // y += x, 100 times, captured once and replayed twice: y = y0 + 200 x.
+  auto op = ops->get("axpby");
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  auto* kernel = (*op)->kernel().value();
+  const long long n = 10000;
+  std::vector<float> x(n), y(n);
+  for (long long i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i % 7);
+    y[i] = static_cast<float>(i % 3);
+  }
+  void* dx = cuda->allocate(n * sizeof(float)).value();
+  void* dy = cuda->allocate(n * sizeof(float)).value();
+  ASSERT_TRUE(cuda->copy(dx, x.data(), n * sizeof(float)).ok());
+  ASSERT_TRUE(cuda->copy(dy, y.data(), n * sizeof(float)).ok());
+  auto stream = cuda->create_stream().value();
+  float one = 1.f;
+  const void* args[] = {&one, &dx, &one, &dy, &n};
+  ASSERT_TRUE(stream->begin_capture().ok());
+  for (int i = 0; i < 100; ++i)
+    ASSERT_TRUE(kernel->launch(*stream, {static_cast<uint32_t>((n + 255) / 256), 1, 1}, {256, 1, 1}, args, 5).ok());
+  auto graph = stream->end_capture();
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  std::vector<float> mid(n);
+  ASSERT_TRUE(cuda->copy(mid.data(), dy, n * sizeof(float)).ok());
+  EXPECT_EQ(mid[5], y[5]);  // captured, not run
+  ASSERT_TRUE((*graph)->launch(*stream).ok());
+  ASSERT_TRUE((*graph)->launch(*stream).ok());
+  ASSERT_TRUE(stream->synchronize().ok());
+  std::vector<float> out(n);
+  ASSERT_TRUE(cuda->copy(out.data(), dy, n * sizeof(float)).ok());
+  for (long long i = 0; i < n; ++i) ASSERT_EQ(out[i], y[i] + 200.f * x[i]) << i;
+  cuda->deallocate(dx);
+  cuda->deallocate(dy);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -88,6 +88,38 @@ void BM_BareCuLaunchKernel(benchmark::State& state) {
 }
 BENCHMARK(BM_BareCuLaunchKernel);
 
+// 100 launches of the empty kernel, issued one by one or replayed as one captured graph;
+// each iteration ends with a synchronize.
+void BM_100Launches(benchmark::State& state) {
+  auto& s = setup();
+  if (!s.error.empty()) return state.SkipWithError(s.error.c_str());
+  void* null = nullptr;
+  long long n = 0;
+  const void* args[] = {&null, &null, &null, &n};
+  for (auto _ : state) {
+    for (int i = 0; i < 100; ++i) (void)s.kernel->launch(*s.stream, {1, 1, 1}, {1, 1, 1}, args, 4);
+    (void)s.stream->synchronize();
+  }
+}
+BENCHMARK(BM_100Launches)->Unit(benchmark::kMicrosecond);
+
+void BM_GraphOf100Launches(benchmark::State& state) {
+  auto& s = setup();
+  if (!s.error.empty()) return state.SkipWithError(s.error.c_str());
+  void* null = nullptr;
+  long long n = 0;
+  const void* args[] = {&null, &null, &null, &n};
+  if (!s.stream->begin_capture().ok()) return state.SkipWithError("capture failed");
+  for (int i = 0; i < 100; ++i) (void)s.kernel->launch(*s.stream, {1, 1, 1}, {1, 1, 1}, args, 4);
+  auto graph = s.stream->end_capture();
+  if (!graph.ok()) return state.SkipWithError(graph.status().message().c_str());
+  for (auto _ : state) {
+    (void)(*graph)->launch(*s.stream);
+    (void)s.stream->synchronize();
+  }
+}
+BENCHMARK(BM_GraphOf100Launches)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace kiln
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "builders/ops.h"
+#include "jit/nvrtc/nvrtc_toolchain.h"
 #include "jit/toolchain_loader.h"
 
 namespace kiln::builders {
@@ -81,6 +82,21 @@ void BM_WarmCompile(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_WarmCompile)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// One bundled CUDA op, NVRTC to PTX + nvJitLink to a cubin, in a resident process (compare
+// with `nvcc -cubin`, a subprocess, in tools/bench/run). Skips without NVRTC.
+void BM_WarmCompileCuda(benchmark::State& state) {
+  auto& f = fixture();
+  auto toolchain = jit::load_nvrtc_toolchain();
+  if (!toolchain.ok()) return state.SkipWithError(toolchain.status().message().c_str());
+  auto spec = f.ops->find_spec("row_softmax").value();
+  auto request = make_build_request(spec, parse_target("cuda:sm_90").value()).value();
+  for (auto _ : state) {
+    auto result = (*toolchain)->compile(request.compile);
+    if (!result.success) state.SkipWithError("compile failed");
+  }
+}
+BENCHMARK(BM_WarmCompileCuda)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 }  // namespace
 }  // namespace kiln::builders
