@@ -102,6 +102,14 @@ class Module {
   virtual Result<Kernel*> kernel(std::string_view name) = 0;
 };
 
+// Device memory as the accelerator sees it. Maps to torch.cuda.memory_stats and cuMemGetInfo.
+struct MemoryStats {
+  uint64_t allocated = 0;      // bytes handed out by allocate() and not yet freed
+  uint64_t max_allocated = 0;  // the peak of `allocated` since creation or reset_peak_memory()
+  uint64_t total = 0;          // the device's memory
+  uint64_t available = 0;      // free on the device now, as its driver or OS reports it
+};
+
 class Accelerator {
  public:
   virtual ~Accelerator() = default;
@@ -120,6 +128,12 @@ class Accelerator {
   virtual void deallocate(void* ptr) = 0;
   // Synchronous copy in any direction (host and device pointers are told apart by the backend).
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
+  // Page-locked host memory, which the device can copy to and from asynchronously (maps to
+  // cuMemAllocHost). On the CPU it is ordinary memory.
+  virtual Result<void*> allocate_host(size_t bytes) = 0;
+  virtual void deallocate_host(void* ptr) = 0;
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void reset_peak_memory() = 0;
 
   virtual Stream& default_stream() = 0;
   virtual Result<std::unique_ptr<Stream>> create_stream() = 0;

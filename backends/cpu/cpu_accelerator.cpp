@@ -1,5 +1,7 @@
 #include "backends/cpu/cpu_accelerator.h"
 
+#include <sys/sysinfo.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -58,10 +60,26 @@ Result<void*> CpuAccelerator::allocate(size_t bytes) {
   size_t rounded = (std::max<size_t>(bytes, 1) + k_alignment - 1) / k_alignment * k_alignment;
   void* p = std::aligned_alloc(k_alignment, rounded);
   if (!p) return unavailable("cpu: cannot allocate " + std::to_string(bytes) + " bytes");
+  m_memory.on_allocate(p, rounded);
   return p;
 }
 
-void CpuAccelerator::deallocate(void* ptr) { std::free(ptr); }
+void CpuAccelerator::deallocate(void* ptr) {
+  m_memory.on_free(ptr);
+  std::free(ptr);
+}
+
+runtime::MemoryStats CpuAccelerator::memory_stats() const {
+  runtime::MemoryStats s;
+  s.allocated = m_memory.allocated();
+  s.max_allocated = m_memory.peak();
+  struct sysinfo info{};
+  if (::sysinfo(&info) == 0) {
+    s.total = uint64_t{info.totalram} * info.mem_unit;
+    s.available = (uint64_t{info.freeram} + info.bufferram) * info.mem_unit;
+  }
+  return s;
+}
 
 Status CpuAccelerator::copy(void* dst, const void* src, size_t bytes) {
   std::memmove(dst, src, bytes);

@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_stream.h"
 #include "backends/cpu/worker_pool.h"
 #include "runtime/accelerator.h"
+#include "runtime/memory_tracker.h"
 
 namespace kiln::backends::cpu {
 
@@ -33,6 +34,10 @@ class CpuAccelerator final : public runtime::Accelerator {
   Result<void*> allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
   Status copy(void* dst, const void* src, size_t bytes) override;
+  Result<void*> allocate_host(size_t bytes) override { return allocate(bytes); }
+  void deallocate_host(void* ptr) override { deallocate(ptr); }
+  runtime::MemoryStats memory_stats() const override;
+  void reset_peak_memory() override { m_memory.reset_peak(); }
 
   runtime::Stream& default_stream() override;
   Result<std::unique_ptr<runtime::Stream>> create_stream() override;
@@ -42,6 +47,7 @@ class CpuAccelerator final : public runtime::Accelerator {
 
  private:
   std::unique_ptr<WorkerPool> m_pool;
+  runtime::MemoryTracker m_memory;
   std::once_flag m_default_once;
   std::unique_ptr<CpuStream> m_default_stream;
 };

@@ -231,11 +231,36 @@ Result<void*> CudaAccelerator::allocate(size_t bytes) {
   KILN_RETURN_IF_ERROR(bind());
   DevicePtr p = 0;
   KILN_CU_CHECK(*m_driver, cuMemAlloc_v2(&p, bytes ? bytes : 1), "allocate " + std::to_string(bytes) + " bytes");
+  m_memory.on_allocate(reinterpret_cast<void*>(p), bytes);
   return reinterpret_cast<void*>(p);
 }
 
 void CudaAccelerator::deallocate(void* ptr) {
+  m_memory.on_free(ptr);
   if (ptr && bind().ok()) m_driver->cuMemFree_v2(dptr(ptr));
+}
+
+Result<void*> CudaAccelerator::allocate_host(size_t bytes) {
+  KILN_RETURN_IF_ERROR(bind());
+  void* p = nullptr;
+  KILN_CU_CHECK(*m_driver, cuMemAllocHost_v2(&p, bytes ? bytes : 1), "allocate " + std::to_string(bytes) + " pinned bytes");
+  return p;
+}
+
+void CudaAccelerator::deallocate_host(void* ptr) {
+  if (ptr && bind().ok()) m_driver->cuMemFreeHost(ptr);
+}
+
+runtime::MemoryStats CudaAccelerator::memory_stats() const {
+  runtime::MemoryStats s;
+  s.allocated = m_memory.allocated();
+  s.max_allocated = m_memory.peak();
+  size_t free = 0, total = 0;
+  if (bind().ok() && m_driver->cuMemGetInfo_v2(&free, &total) == 0) {
+    s.total = total;
+    s.available = free;
+  }
+  return s;
 }
 
 Status CudaAccelerator::copy(void* dst, const void* src, size_t bytes) {

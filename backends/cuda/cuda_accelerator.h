@@ -12,6 +12,7 @@
 
 #include "backends/cuda/cuda_driver.h"
 #include "runtime/accelerator.h"
+#include "runtime/memory_tracker.h"
 
 namespace kiln::backends::cuda {
 
@@ -29,6 +30,10 @@ class CudaAccelerator final : public runtime::Accelerator {
   Result<void*> allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
   Status copy(void* dst, const void* src, size_t bytes) override;
+  Result<void*> allocate_host(size_t bytes) override;
+  void deallocate_host(void* ptr) override;
+  runtime::MemoryStats memory_stats() const override;
+  void reset_peak_memory() override { m_memory.reset_peak(); }
 
   runtime::Stream& default_stream() override;
   Result<std::unique_ptr<runtime::Stream>> create_stream() override;
@@ -46,6 +51,7 @@ class CudaAccelerator final : public runtime::Accelerator {
   int m_device = 0;
   int m_sm = 0;
   void* m_context = nullptr;
+  runtime::MemoryTracker m_memory;
   std::once_flag m_default_once;
   std::unique_ptr<runtime::Stream> m_default_stream;
 };

@@ -103,6 +103,33 @@ TEST(CpuAcceleratorTest, AllocationsAreAlignedForVectors) {
   }
 }
 
+TEST(CpuAcceleratorTest, MemoryStatsFollowAllocationsAndTheirPeak) {
+  CpuAccelerator acc;
+  auto before = acc.memory_stats();
+  EXPECT_EQ(before.allocated, 0u);
+  EXPECT_GT(before.total, 0u);
+  void* a = acc.allocate(1 << 20).value();
+  void* b = acc.allocate(1 << 10).value();
+  EXPECT_EQ(acc.memory_stats().allocated, (1u << 20) + (1u << 10));
+  acc.deallocate(a);
+  auto after = acc.memory_stats();
+  EXPECT_EQ(after.allocated, 1u << 10);
+  EXPECT_EQ(after.max_allocated, (1u << 20) + (1u << 10));
+  acc.reset_peak_memory();
+  EXPECT_EQ(acc.memory_stats().max_allocated, 1u << 10);
+  acc.deallocate(b);
+  void* pinned = acc.allocate_host(100).value();
+  acc.deallocate_host(pinned);
+  EXPECT_EQ(acc.memory_stats().allocated, 0u);
+}
+
+TEST(CpuAcceleratorTest, CapturingAGraphIsRefusedUntilTheCpuHasGraphs) {
+  CpuAccelerator acc;
+  auto stream = acc.create_stream().value();
+  Status st = stream->begin_capture();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+}
+
 TEST(CpuAcceleratorTest, BytesThatAreNotASharedObjectFailToLoadWithAReason) {
   CpuAccelerator acc;
   std::string junk = "definitely not ELF";

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "builders/ops.h"
 #include "builders/self_check.h"
@@ -88,6 +89,29 @@ TEST_F(CudaAcceleratorTest, StreamsCopyAndEventsOrderWork) {
   EXPECT_TRUE(done->query());
   cuda->deallocate(a);
   cuda->deallocate(b);
+}
+
+TEST_F(CudaAcceleratorTest, PinnedMemoryAndMemoryStats) {
+  auto before = cuda->memory_stats();
+  EXPECT_GT(before.total, before.available);
+  void* d = cuda->allocate(64 << 20).value();
+  auto during = cuda->memory_stats();
+  EXPECT_EQ(during.allocated, before.allocated + (64u << 20));
+  EXPECT_LT(during.available, before.available);
+  void* pinned = cuda->allocate_host(1 << 20).value();
+  std::memset(pinned, 3, 1 << 20);
+  auto stream = cuda->create_stream().value();
+  ASSERT_TRUE(stream->copy_async(d, pinned, 1 << 20).ok());
+  ASSERT_TRUE(stream->synchronize().ok());
+  std::memset(pinned, 0, 1 << 20);
+  ASSERT_TRUE(stream->copy_async(pinned, d, 1 << 20).ok());
+  ASSERT_TRUE(stream->synchronize().ok());
+  EXPECT_EQ(static_cast<unsigned char*>(pinned)[12345], 3);
+  cuda->deallocate_host(pinned);
+  cuda->deallocate(d);
+  auto after = cuda->memory_stats();
+  EXPECT_EQ(after.allocated, before.allocated);
+  EXPECT_GE(after.max_allocated, before.allocated + (64u << 20));
 }
 
 TEST_F(CudaAcceleratorTest, ACapturedGraphReplaysItsLaunches) {
