@@ -201,7 +201,13 @@ CudaAccelerator::~CudaAccelerator() {
 }
 
 Status CudaAccelerator::bind() const {
+  // Remember per thread which context kiln made current, so a launch does not pay for
+  // cuCtxSetCurrent each time (it measured ~10% of a queued launch on an H100). A program
+  // that switches contexts behind kiln's back on the same thread must call this again.
+  thread_local void* t_bound = nullptr;
+  if (t_bound == m_context) return {};
   KILN_CU_CHECK(*m_driver, cuCtxSetCurrent(m_context), "make the CUDA context current");
+  t_bound = m_context;
   return {};
 }
 
