@@ -30,8 +30,10 @@ Every command takes --json. Sizes take units: 512M, 5G.
 namespace {
 
 Result<std::unique_ptr<cache::Store>> open_store(const std::string& cache_dir) {
-  KILN_ASSIGN_OR_RETURN(uint64_t max_bytes, cache::max_bytes_from_env());
-  auto store = cache::Store::open(cache_dir.empty() ? cache::Store::default_root() : cache_dir, {max_bytes});
+  cache::StoreOptions options;
+  KILN_ASSIGN_OR_RETURN(options.max_bytes, cache::max_bytes_from_env());
+  options.report_damage = [](const std::string& message) { std::cerr << "kiln: warning: " << message << "\n"; };
+  auto store = cache::Store::open(cache_dir.empty() ? cache::Store::default_root() : cache_dir, options);
   if (store.ok() && !store.value()->notice().empty()) std::cerr << "kiln: warning: " << store.value()->notice() << "\n";
   return store;
 }
@@ -174,7 +176,7 @@ int explain(const ParsedArgs& args, const std::string& cache_dir) {
   auto ops = make_ops(args, cache_dir);
   if (!ops.ok()) return fail(ops.status());
   std::string what = args.positional[1];
-  auto spec = what.find('/') != std::string::npos || what.size() > 5 && what.compare(what.size() - 5, 5, ".toml") == 0
+  auto spec = what.find('/') != std::string::npos || (what.size() > 5 && what.compare(what.size() - 5, 5, ".toml") == 0)
                   ? builders::parse_spec_file(what)
                   : (*ops)->find_spec(what);
   if (!spec.ok()) return fail(spec.status());

@@ -22,7 +22,9 @@ std::string content_for(const Hash128& key) {
 }
 
 [[noreturn]] void writer(const std::string& root, int round) {
-  auto store = Store::open(root, {uint64_t{64} << 20});
+  StoreOptions options;
+  options.max_bytes = uint64_t{64} << 20;
+  auto store = Store::open(root, options);
   if (!store.ok()) _exit(3);
   for (uint64_t i = 0;; ++i) {
     ArtifactRecord r;
