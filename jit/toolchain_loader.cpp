@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "support/elf_build_id.h"
 #include "support/file_util.h"
 
 namespace kiln::jit {
@@ -27,20 +28,6 @@ std::string own_binary_dir() {
   return ".";
 }
 
-bool read_at(int fd, void* out, size_t size, off_t offset) {
-  return ::pread(fd, out, size, offset) == static_cast<ssize_t>(size);
-}
-
-std::string hex(const unsigned char* p, size_t n) {
-  static const char d[] = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    s += d[p[i] >> 4];
-    s += d[p[i] & 15];
-  }
-  return s;
-}
-
 }  // namespace
 
 std::string clang_toolchain_library_path() {
@@ -51,38 +38,6 @@ std::string clang_toolchain_library_path() {
     if (file_exists(candidate)) return absolute_path(candidate);
   }
   return KILN_JIT_BUILD_PATH;
-}
-
-Result<std::string> elf_build_id(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_status("open " + path, errno);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  Elf64_Ehdr eh{};
-  if (!read_at(fd, &eh, sizeof eh, 0) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64)
-    return invalid_argument(path + " is not a 64-bit ELF file");
-  for (unsigned i = 0; i < eh.e_phnum; ++i) {
-    Elf64_Phdr ph{};
-    if (!read_at(fd, &ph, sizeof ph, static_cast<off_t>(eh.e_phoff + i * sizeof ph))) break;
-    if (ph.p_type != PT_NOTE || ph.p_filesz > (1u << 20)) continue;
-    std::string notes(ph.p_filesz, '\0');
-    if (!read_at(fd, notes.data(), notes.size(), static_cast<off_t>(ph.p_offset))) continue;
-    size_t pos = 0;
-    while (pos + sizeof(Elf64_Nhdr) <= notes.size()) {
-      Elf64_Nhdr nh;
-      std::memcpy(&nh, notes.data() + pos, sizeof nh);
-      size_t name_at = pos + sizeof nh;
-      size_t desc_at = name_at + ((nh.n_namesz + 3) & ~3u);
-      size_t next = desc_at + ((nh.n_descsz + 3) & ~3u);
-      if (next > notes.size()) break;
-      if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && std::memcmp(notes.data() + name_at, "GNU", 4) == 0)
-        return hex(reinterpret_cast<const unsigned char*>(notes.data() + desc_at), nh.n_descsz);
-      pos = next;
-    }
-  }
-  return not_found(path + " has no GNU build id");
 }
 
 Result<std::string> clang_toolchain_identity() {

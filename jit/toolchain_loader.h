@@ -5,6 +5,7 @@
 #include <string>
 
 #include "jit/toolchain.h"
+#include "support/elf_build_id.h"
 
 namespace kiln::jit {
 
@@ -23,8 +24,5 @@ Result<Toolchain*> load_clang_toolchain();
 
 // True once load_clang_toolchain() has loaded the library in this process.
 bool clang_toolchain_loaded();
-
-// The ELF build id (hex) of a file, read from its notes without loading it.
-Result<std::string> elf_build_id(const std::string& path);
 
 }  // namespace kiln::jit

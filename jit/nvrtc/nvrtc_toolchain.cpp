@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "jit/nvrtc/nvjitlink.h"
 #include "jit/toolchain_loader.h"
 #include "support/cuda_module_format.h"
 #include "support/file_util.h"
@@ -62,22 +63,9 @@ std::vector<Diagnostic> parse_log(const std::string& log) {
   return out;
 }
 
-// nvJitLink, for PTX -> cubin without a second front-end pass. Optional.
-struct JitLinkApi {
-  int (*create)(void**, uint32_t, const char**) = nullptr;
-  int (*destroy)(void**) = nullptr;
-  int (*add_data)(void*, int, const void*, size_t, const char*) = nullptr;
-  int (*complete)(void*) = nullptr;
-  int (*cubin_size)(void*, size_t*) = nullptr;
-  int (*cubin)(void*, void*) = nullptr;
-  int (*log_size)(void*, size_t*) = nullptr;
-  int (*log)(void*, char*) = nullptr;
-};
-constexpr int k_jitlink_input_ptx = 2;  // NVJITLINK_INPUT_PTX
-
 class NvrtcToolchain final : public Toolchain {
  public:
-  NvrtcToolchain(NvrtcApi api, std::optional<JitLinkApi> link) : m_api(std::move(api)), m_link(std::move(link)) {}
+  explicit NvrtcToolchain(NvrtcApi api) : m_api(std::move(api)) {}
 
   std::string version() const override {
     return "nvrtc " + std::to_string(m_api.major) + "." + std::to_string(m_api.minor) + " (" + m_api.path + ")";
@@ -109,8 +97,13 @@ class NvrtcToolchain final : public Toolchain {
       return finish(result, start);
     for (int sm : archs) {
       std::string& cubin = image.cubins[sm];
-      if (m_link) {
-        if (!link_cubin(image.ptx, sm, cubin, result)) return finish(result, start);
+      if (nvjitlink_available()) {
+        auto linked = link_cubin(image.ptx, sm);
+        if (!linked.ok()) {
+          result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, linked.status().message()});
+          return finish(result, start);
+        }
+        cubin = std::move(linked).value();
       } else if (!run(request, "-arch=sm_" + std::to_string(sm), /*cubin=*/true, cubin, result)) {
         return finish(result, start);
       }
@@ -170,70 +163,8 @@ class NvrtcToolchain final : public Toolchain {
     return ok;
   }
 
-  bool link_cubin(const std::string& ptx, int sm, std::string& out, CompileResult& result) {
-    const JitLinkApi& l = *m_link;
-    std::string arch = "-arch=sm_" + std::to_string(sm);
-    const char* options[] = {arch.c_str()};
-    void* h = nullptr;
-    if (l.create(&h, 1, options) != 0) {
-      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "nvJitLinkCreate failed for sm_" + std::to_string(sm)});
-      return false;
-    }
-    bool ok = l.add_data(h, k_jitlink_input_ptx, ptx.data(), ptx.size(), "kernel.ptx") == 0 && l.complete(h) == 0;
-    if (ok) {
-      size_t n = 0;
-      ok = l.cubin_size(h, &n) == 0;
-      out.assign(n, '\0');
-      ok = ok && l.cubin(h, out.data()) == 0;
-    } else {
-      size_t n = 0;
-      l.log_size(h, &n);
-      std::string log(n, '\0');
-      if (n) l.log(h, log.data());
-      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "nvJitLink for sm_" + std::to_string(sm) + ": " + log});
-    }
-    l.destroy(&h);
-    return ok;
-  }
-
   NvrtcApi m_api;
-  std::optional<JitLinkApi> m_link;
 };
-
-// libnvJitLink beside libnvrtc; its 13.0 entry points carry a version suffix.
-std::optional<JitLinkApi> load_jitlink(const std::string& nvrtc_path, std::string& identity) {
-  std::string dir = nvrtc_path.substr(0, nvrtc_path.find_last_of('/') + 1);
-  void* h = nullptr;
-  std::string loaded;
-  for (std::string name : {dir + "libnvJitLink.so.13", dir + "libnvJitLink.so.12", std::string("libnvJitLink.so.13")}) {
-    if ((h = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))) {
-      loaded = name;
-      break;
-    }
-  }
-  if (!h) return std::nullopt;
-  auto sym = [&](const char* versioned, const char* plain) {
-    void* p = ::dlsym(h, versioned);
-    return p ? p : ::dlsym(h, plain);
-  };
-  JitLinkApi l;
-  l.create = reinterpret_cast<decltype(l.create)>(sym("__nvJitLinkCreate_13_0", "nvJitLinkCreate"));
-  l.destroy = reinterpret_cast<decltype(l.destroy)>(sym("__nvJitLinkDestroy_13_0", "nvJitLinkDestroy"));
-  l.add_data = reinterpret_cast<decltype(l.add_data)>(sym("__nvJitLinkAddData_13_0", "nvJitLinkAddData"));
-  l.complete = reinterpret_cast<decltype(l.complete)>(sym("__nvJitLinkComplete_13_0", "nvJitLinkComplete"));
-  l.cubin_size = reinterpret_cast<decltype(l.cubin_size)>(sym("__nvJitLinkGetLinkedCubinSize_13_0", "nvJitLinkGetLinkedCubinSize"));
-  l.cubin = reinterpret_cast<decltype(l.cubin)>(sym("__nvJitLinkGetLinkedCubin_13_0", "nvJitLinkGetLinkedCubin"));
-  l.log_size = reinterpret_cast<decltype(l.log_size)>(sym("__nvJitLinkGetErrorLogSize_13_0", "nvJitLinkGetErrorLogSize"));
-  l.log = reinterpret_cast<decltype(l.log)>(sym("__nvJitLinkGetErrorLog_13_0", "nvJitLinkGetErrorLog"));
-  if (!l.create || !l.destroy || !l.add_data || !l.complete || !l.cubin_size || !l.cubin || !l.log_size || !l.log)
-    return std::nullopt;
-  struct link_map* map = nullptr;
-  std::string real = loaded;
-  if (::dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) real = map->l_name;
-  auto id = elf_build_id(real);
-  identity = ";" + real.substr(real.find_last_of('/') + 1) + "=" + (id.ok() ? id.value() : "no-build-id");
-  return l;
-}
 
 std::once_flag g_once;
 Toolchain* g_toolchain = nullptr;
@@ -281,10 +212,8 @@ void load() {
   auto id = elf_build_id(real);
   api.path = real;
   g_identity = "nvrtc;" + real.substr(real.find_last_of('/') + 1) + "=" + (id.ok() ? id.value() : "no-build-id");
-  std::string link_identity;
-  auto link = load_jitlink(real, link_identity);
-  g_identity += link_identity + default_options_identity();
-  g_toolchain = new NvrtcToolchain(std::move(api), std::move(link));
+  g_identity += nvjitlink_identity() + default_options_identity();
+  g_toolchain = new NvrtcToolchain(std::move(api));
 }
 
 }  // namespace
@@ -321,14 +250,8 @@ Result<std::string> nvrtc_toolchain_identity() {
         if (ec) continue;
         auto id = elf_build_id(real.string());
         identity = "nvrtc;" + real.filename().string() + "=" + (id.ok() ? id.value() : "no-build-id");
-        // nvJitLink makes the cubins when it is beside NVRTC: its build enters the key too.
-        for (const char* link : {"libnvJitLink.so.13", "libnvJitLink.so.12"}) {
-          auto link_real = std::filesystem::canonical(real.parent_path() / link, ec);
-          if (ec) continue;
-          auto link_id = elf_build_id(link_real.string());
-          identity.value() += ";" + link_real.filename().string() + "=" + (link_id.ok() ? link_id.value() : "no-build-id");
-          break;
-        }
+        // nvJitLink makes the cubins when it is there: its build enters the key too.
+        identity.value() += nvjitlink_identity();
         identity.value() += default_options_identity();
         return;
       }

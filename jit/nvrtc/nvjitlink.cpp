@@ -1,0 +1,114 @@
+#include "jit/nvrtc/nvjitlink.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <vector>
+
+#include "support/elf_build_id.h"
+
+namespace kiln::jit {
+namespace {
+
+struct Api {
+  int (*create)(void**, uint32_t, const char**) = nullptr;
+  int (*destroy)(void**) = nullptr;
+  int (*add_data)(void*, int, const void*, size_t, const char*) = nullptr;
+  int (*complete)(void*) = nullptr;
+  int (*cubin_size)(void*, size_t*) = nullptr;
+  int (*cubin)(void*, void*) = nullptr;
+  int (*log_size)(void*, size_t*) = nullptr;
+  int (*log)(void*, char*) = nullptr;
+};
+constexpr int k_input_ptx = 2;  // NVJITLINK_INPUT_PTX
+
+std::vector<std::string> folders() {
+  std::vector<std::string> out;
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(var); v && *v) out.push_back(std::string(v) + "/lib64/");
+  out.push_back("/usr/local/cuda/lib64/");
+  return out;
+}
+
+std::once_flag g_once;
+Api g_api;
+bool g_ok = false;
+
+void load() {
+  void* h = nullptr;
+  for (auto& dir : folders())
+    for (const char* name : {"libnvJitLink.so.13", "libnvJitLink.so.12"})
+      if (!h) h = ::dlopen((dir + name).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) h = ::dlopen("libnvJitLink.so.13", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return;
+  // CUDA 13's header calls versioned entry points; older libraries have only the plain ones.
+  auto sym = [&](const char* versioned, const char* plain) {
+    void* p = ::dlsym(h, versioned);
+    return p ? p : ::dlsym(h, plain);
+  };
+  Api& l = g_api;
+  l.create = reinterpret_cast<decltype(l.create)>(sym("__nvJitLinkCreate_13_0", "nvJitLinkCreate"));
+  l.destroy = reinterpret_cast<decltype(l.destroy)>(sym("__nvJitLinkDestroy_13_0", "nvJitLinkDestroy"));
+  l.add_data = reinterpret_cast<decltype(l.add_data)>(sym("__nvJitLinkAddData_13_0", "nvJitLinkAddData"));
+  l.complete = reinterpret_cast<decltype(l.complete)>(sym("__nvJitLinkComplete_13_0", "nvJitLinkComplete"));
+  l.cubin_size = reinterpret_cast<decltype(l.cubin_size)>(sym("__nvJitLinkGetLinkedCubinSize_13_0", "nvJitLinkGetLinkedCubinSize"));
+  l.cubin = reinterpret_cast<decltype(l.cubin)>(sym("__nvJitLinkGetLinkedCubin_13_0", "nvJitLinkGetLinkedCubin"));
+  l.log_size = reinterpret_cast<decltype(l.log_size)>(sym("__nvJitLinkGetErrorLogSize_13_0", "nvJitLinkGetErrorLogSize"));
+  l.log = reinterpret_cast<decltype(l.log)>(sym("__nvJitLinkGetErrorLog_13_0", "nvJitLinkGetErrorLog"));
+  g_ok = l.create && l.destroy && l.add_data && l.complete && l.cubin_size && l.cubin && l.log_size && l.log;
+}
+
+}  // namespace
+
+bool nvjitlink_available() {
+  std::call_once(g_once, load);
+  return g_ok;
+}
+
+std::string nvjitlink_identity() {
+  static const std::string id = [] {
+    for (auto& dir : folders()) {
+      for (const char* name : {"libnvJitLink.so.13", "libnvJitLink.so.12"}) {
+        std::error_code ec;
+        auto real = std::filesystem::canonical(dir + name, ec);
+        if (ec) continue;
+        auto build = elf_build_id(real.string());
+        return ";" + real.filename().string() + "=" + (build.ok() ? build.value() : "no-build-id");
+      }
+    }
+    return std::string();
+  }();
+  return id;
+}
+
+Result<std::string> link_cubin(std::string_view ptx, int sm) {
+  if (!nvjitlink_available()) return unavailable("nvJitLink (libnvJitLink.so.13) was not found");
+  const Api& l = g_api;
+  std::string arch = "-arch=sm_" + std::to_string(sm);
+  const char* options[] = {arch.c_str()};
+  void* h = nullptr;
+  if (l.create(&h, 1, options) != 0) return internal_error("nvJitLinkCreate failed for sm_" + std::to_string(sm));
+  std::string out;
+  bool ok = l.add_data(h, k_input_ptx, ptx.data(), ptx.size(), "kernel.ptx") == 0 && l.complete(h) == 0;
+  Status st;
+  if (ok) {
+    size_t n = 0;
+    ok = l.cubin_size(h, &n) == 0;
+    out.assign(n, '\0');
+    ok = ok && l.cubin(h, out.data()) == 0;
+    if (!ok) st = internal_error("nvJitLink could not return the cubin for sm_" + std::to_string(sm));
+  } else {
+    size_t n = 0;
+    l.log_size(h, &n);
+    std::string log(n, '\0');
+    if (n) l.log(h, log.data());
+    st = Status(StatusCode::kCompileError, "nvJitLink for sm_" + std::to_string(sm) + ": " + log);
+  }
+  l.destroy(&h);
+  if (!st.ok()) return st;
+  return out;
+}
+
+}  // namespace kiln::jit
