@@ -35,6 +35,17 @@ std::string cpu_device_include_dir() {
   return KILN_CPU_DEVICE_INCLUDE_DIR;
 }
 
+std::string cuda_device_include_dir() {
+  if (const char* env = std::getenv("KILN_CUDA_INCLUDE_DIR"); env && *env) return absolute_path(env);
+  return KILN_CUDA_DEVICE_INCLUDE_DIR;
+}
+
+std::string cuda_toolchain_for(const OpSpec& spec) {
+  if (const char* env = std::getenv("KILN_CUDA_TOOLCHAIN"); env && (std::string(env) == "clang" || std::string(env) == "nvrtc"))
+    return env;
+  return spec.cuda ? spec.cuda->toolchain : "nvrtc";
+}
+
 static std::string entry_source_name(const OpSpec& spec) { return ".kiln-entry-" + spec.name + ".cpp"; }
 
 static void append_wrapper(std::string& out, const std::string& callee, const std::string& symbol,
@@ -117,6 +128,7 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& target
     // entry TU, and the check's reference runs on the host from the cpu artifact.
     r.compile.defines.insert(r.compile.defines.end(), spec.cuda->defines.begin(), spec.cuda->defines.end());
     r.compile.flags = spec.cuda->flags;
+    if (cuda_toolchain_for(spec) == "clang") r.compile.include_dirs.push_back(cuda_device_include_dir());
     if (spec.check) r.kernels.pop_back();
     return r;
   }
@@ -127,15 +139,17 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& target
 }
 
 std::string label_for(const std::string& abs_path, const OpSpec& spec) {
-  std::string kiln_dir = cpu_device_include_dir();
+  std::string kiln_dir = cpu_device_include_dir(), kiln_cuda_dir = cuda_device_include_dir();
   if (path_is_within(abs_path, spec.spec_dir)) return "spec:" + relative_to(abs_path, spec.spec_dir);
   if (path_is_within(abs_path, kiln_dir)) return "kiln:" + relative_to(abs_path, kiln_dir);
+  if (path_is_within(abs_path, kiln_cuda_dir)) return "kiln-cuda:" + relative_to(abs_path, kiln_cuda_dir);
   return abs_path;
 }
 
 std::string path_for(const std::string& label, const OpSpec& spec) {
   if (label.rfind("spec:", 0) == 0) return spec.spec_dir + "/" + label.substr(5);
   if (label.rfind("kiln:", 0) == 0) return cpu_device_include_dir() + "/" + label.substr(5);
+  if (label.rfind("kiln-cuda:", 0) == 0) return cuda_device_include_dir() + "/" + label.substr(10);
   return label;
 }
 

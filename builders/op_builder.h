@@ -35,6 +35,12 @@ std::string generate_cpu_entry_source(const OpSpec& spec);
 
 // Where kiln's device headers (kiln/cpu_kernel.h) are: $KILN_CPU_INCLUDE_DIR or the tree.
 std::string cpu_device_include_dir();
+// Where kiln/cuda_prelude.h (the Clang CUDA path's stand-in for the CUDA headers) is.
+std::string cuda_device_include_dir();
+
+// Which toolchain compiles an op's CUDA: $KILN_CUDA_TOOLCHAIN ("nvrtc" or "clang") when set,
+// else the spec's [cuda] toolchain.
+std::string cuda_toolchain_for(const OpSpec& spec);
 
 // Keys. The input key covers everything known before compiling: toolchain identity, target,
 // language, options, entry points and every source (paths relative to the spec's folder).

@@ -174,8 +174,10 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   out.target = target.str();
   KILN_ASSIGN_OR_RETURN(BuildRequest request, make_build_request(spec, target));
   out.kernels = request.kernels;
-  bool cuda = target.backend == "cuda";
-  KILN_ASSIGN_OR_RETURN(std::string identity, cuda ? jit::nvrtc_toolchain_identity() : jit::clang_toolchain_identity());
+  // NVRTC for CUDA unless the op (or KILN_CUDA_TOOLCHAIN) asks for Clang's NVPTX path.
+  bool nvrtc = target.backend == "cuda" && cuda_toolchain_for(spec) == "nvrtc";
+  KILN_ASSIGN_OR_RETURN(std::string identity, nvrtc ? jit::nvrtc_toolchain_identity() : jit::clang_toolchain_identity());
+  if (target.backend == "cuda" && !nvrtc) identity += ";cuda-via-clang";
   KeyParts input = input_key(request, identity);
   out.input_key = input.key;
   auto finish = [&]() -> Result<BuildOutcome> {
@@ -197,7 +199,7 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   }
   if (m_store) m_store->count(cache::Counter::kMisses);
 
-  KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, cuda ? jit::load_nvrtc_toolchain() : jit::load_clang_toolchain());
+  KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, nvrtc ? jit::load_nvrtc_toolchain() : jit::load_clang_toolchain());
   m_compiles.fetch_add(1);
   jit::CompileResult compiled = toolchain->compile(request.compile);
   out.cache = CacheOutcome::kCompiled;

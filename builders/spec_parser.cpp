@@ -485,7 +485,7 @@ class SpecParser {
   Status parse_cuda(const toml::node& node, OpSpec& spec) {
     auto* t = node.as_table();
     if (!t) return spec_error(pos_of(node), "'cuda' must be a table ([cuda])");
-    KILN_RETURN_IF_ERROR(check_keys(*t, {"sources", "defines", "flags", "min_sm", "block"}));
+    KILN_RETURN_IF_ERROR(check_keys(*t, {"sources", "defines", "flags", "min_sm", "block", "toolchain"}));
     CudaSpec c;
     c.pos = pos_of(node);
     KILN_RETURN_IF_ERROR(parse_source_list(*t, c.sources));
@@ -513,6 +513,11 @@ class SpecParser {
       auto v = b->value<int64_t>();
       if (!b->is_integer() || *v < 1 || *v > 1024) return spec_error(pos_of(*b), "[cuda] block must be 1 to 1024 threads");
       c.block = static_cast<uint32_t>(*v);
+    }
+    if (t->get("toolchain")) {
+      KILN_ASSIGN_OR_RETURN(c.toolchain, required_string(*t, "toolchain"));
+      if (c.toolchain != "nvrtc" && c.toolchain != "clang")
+        return spec_error(pos_of(*t->get("toolchain")), "[cuda] toolchain must be \"nvrtc\" or \"clang\"");
     }
     spec.cuda = std::move(c);
     return {};

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "jit/nvrtc/nvjitlink.h"
 #include "support/elf_build_id.h"
 #include "support/file_util.h"
 
@@ -66,7 +67,8 @@ Result<std::string> clang_toolchain_identity() {
       }
       id += ";" + file.substr(file.find_last_of('/') + 1) + "=" + build_id.value();
     }
-    identity = id;
+    // The clang toolchain makes its CUDA cubins with nvJitLink: that library compiles too.
+    identity = id + nvjitlink_identity();
   });
   return identity;
 }

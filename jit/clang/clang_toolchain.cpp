@@ -20,6 +20,7 @@
 
 #include <clang/Basic/Diagnostic.h>
 #include <clang/Basic/DiagnosticIDs.h>
+#include <clang/Basic/DiagnosticDriver.h>
 #include <clang/Basic/DiagnosticOptions.h>
 #include <clang/CodeGen/CodeGenAction.h>
 #include <clang/Driver/Compilation.h>
@@ -36,7 +37,9 @@
 #include <llvm/Support/VirtualFileSystem.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include "jit/nvrtc/nvjitlink.h"
 #include "jit/toolchain.h"
+#include "support/cuda_module_format.h"
 #include "support/file_util.h"
 
 LLD_HAS_DRIVER(elf)
@@ -110,6 +113,21 @@ class AllDependencies final : public clang::DependencyCollector {
   bool needSystemDependencies() override { return true; }
 };
 
+std::string cuda_home() {
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(var); v && *v) return v;
+  return "/usr/local/cuda";
+}
+
+// "cuda:sm_80,sm_90" -> {80, 90}
+std::vector<int> cuda_archs_of(const std::string& target) {
+  std::vector<int> out;
+  for (size_t pos = 0; (pos = target.find("sm_", pos)) != std::string::npos; pos += 3)
+    out.push_back(std::atoi(target.c_str() + pos + 3));
+  if (out.empty()) out.push_back(0);
+  return out;
+}
+
 std::string march_for(const std::string& target) {
   // "cpu:x86-64-v3" -> "x86-64-v3"; the target was validated by builders.
   auto pos = target.find(':');
@@ -131,15 +149,25 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
   clang::DiagnosticOptions diag_options;
   clang::DiagnosticsEngine diags(clang::DiagnosticIDs::create(), diag_options, &consumer, /*ShouldOwnClient=*/false);
 
-  std::string march = "-march=" + march_for(request.target);
-  std::vector<std::string> storage = {k_clang_path, "-x", "c++", "-std=c++20", "-O3", march, "-fPIC"};
+  std::vector<std::string> storage;
+  if (request.language == "cuda") {
+    // Device code only, to PTX for the oldest listed architecture, with kiln's prelude in
+    // place of the CUDA headers; libdevice comes from the CUDA toolkit (--cuda-path).
+    storage = {k_clang_path, "-x", "cuda", "--cuda-device-only", "--offload-arch=sm_" + std::to_string(cuda_archs_of(request.target).front()),
+               "-nocudainc", "--cuda-path=" + cuda_home(), "-Wno-unknown-cuda-version", "-std=c++17", "-O3",
+               "-include", "kiln/cuda_prelude.h"};
+  } else {
+    storage = {k_clang_path, "-x", "c++", "-std=c++20", "-O3", "-march=" + march_for(request.target), "-fPIC"};
+  }
   for (auto& dir : request.include_dirs) storage.push_back("-I" + dir);
   for (auto& def : request.defines) storage.push_back("-D" + def);
   for (auto& flag : request.flags) storage.push_back(flag);
-  storage.insert(storage.end(), {"-c", source.path, "-o", "/dev/null"});
+  storage.insert(storage.end(), {request.language == "cuda" ? "-S" : "-c", source.path, "-o", "/dev/null"});
   std::vector<const char*> argv;
   for (auto& s : storage) argv.push_back(s.c_str());
 
+  // The driver checks the CUDA installation's version itself; kiln knows 13.0 works.
+  diags.setSeverityForGroup(clang::diag::Flavor::WarningOrError, "unknown-cuda-version", clang::diag::Severity::Ignored);
   clang::driver::Driver driver(k_clang_path, k_host_triple, diags, "kiln", overlay);
   driver.setCheckInputsExist(false);
   std::unique_ptr<clang::driver::Compilation> compilation(driver.BuildCompilation(argv));
@@ -162,6 +190,8 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
   invocation->getCodeGenOpts().DisableFree = false;
 
   clang::CompilerInstance instance(invocation);
+  // "1 warning generated" goes to stderr otherwise; the diagnostics themselves are data.
+  instance.setVerboseOutputStream(std::make_unique<llvm::raw_null_ostream>());
   instance.setVirtualFileSystem(overlay);
   instance.createDiagnostics(&consumer, /*ShouldOwnClient=*/false);
   auto collector = std::make_shared<AllDependencies>();
@@ -169,8 +199,14 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
   object.path = source.path;
   instance.setOutputStream(std::make_unique<llvm::raw_svector_ostream>(object.bytes));
 
-  clang::EmitObjAction action;
-  bool ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
+  bool ok;
+  if (request.language == "cuda") {
+    clang::EmitAssemblyAction action;  // PTX is NVPTX's assembly
+    ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
+  } else {
+    clang::EmitObjAction action;
+    ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
+  }
   for (const auto& dep : collector->getDependencies()) dependencies.push_back(dep);
   return ok;
 }
@@ -250,6 +286,7 @@ class ClangToolchain final : public Toolchain {
   std::string version() const override { return "clang " LLVM_VERSION_STRING " (in-process, lld)"; }
 
   CompileResult compile(const CompileRequest& request) override {
+    if (request.language == "cuda") return compile_cuda(request);
     auto start = std::chrono::steady_clock::now();
     CompileResult result;
     result.kind = "host-so";
@@ -272,6 +309,48 @@ class ClangToolchain final : public Toolchain {
     if (!ok) result.artifact.clear();
     result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     return result;
+  }
+
+ private:
+  // CUDA through NVPTX: PTX for the oldest listed architecture, then a cubin per listed
+  // architecture linked from it by nvJitLink. Needs no NVRTC.
+  CompileResult compile_cuda(const CompileRequest& request) {
+    auto start = std::chrono::steady_clock::now();
+    CompileResult result;
+    result.kind = "cuda-module";
+    auto done = [&]() {
+      result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      return result;
+    };
+    if (request.sources.size() != 1) {
+      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "the Clang CUDA path compiles one source"});
+      return done();
+    }
+    clang::DiagnosticOptions options;
+    options.ShowColors = false;
+    CollectingConsumer consumer(options);
+    ObjectFile ptx;
+    bool ok = compile_one(request.sources.front(), request, consumer, result.dependencies, ptx);
+    result.diagnostics = consumer.take_diagnostics();
+    result.log = consumer.text();
+    if (!ok) return done();
+    std::vector<int> archs = cuda_archs_of(request.target);
+    CudaModuleImage image;
+    image.ptx_sm = archs.front();
+    image.ptx.assign(ptx.bytes.data(), ptx.bytes.size());
+    for (int sm : archs) {
+      auto cubin = link_cubin(image.ptx, sm);
+      if (!cubin.ok()) {
+        result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, cubin.status().message()});
+        return done();
+      }
+      image.cubins[sm] = std::move(cubin).value();
+    }
+    // libdevice is read by the backend, not the preprocessor: name it so it enters the key.
+    result.dependencies.push_back(cuda_home() + "/nvvm/libdevice/libdevice.10.bc");
+    result.artifact = encode_cuda_module(image);
+    result.success = true;
+    return done();
   }
 };
 

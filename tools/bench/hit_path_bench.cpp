@@ -98,6 +98,21 @@ void BM_WarmCompileCuda(benchmark::State& state) {
 }
 BENCHMARK(BM_WarmCompileCuda)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
+// The same op through Clang's NVPTX back end (kiln's prelude, no CUDA headers) + nvJitLink.
+void BM_WarmCompileCudaClang(benchmark::State& state) {
+  auto& f = fixture();
+  auto toolchain = jit::load_clang_toolchain();
+  if (!toolchain.ok()) return state.SkipWithError(toolchain.status().message().c_str());
+  auto spec = f.ops->find_spec("row_softmax").value();
+  spec.cuda->toolchain = "clang";
+  auto request = make_build_request(spec, parse_target("cuda:sm_90").value()).value();
+  for (auto _ : state) {
+    auto result = (*toolchain)->compile(request.compile);
+    if (!result.success) state.SkipWithError("compile failed");
+  }
+}
+BENCHMARK(BM_WarmCompileCudaClang)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
 }  // namespace
 }  // namespace kiln::builders
 
