@@ -12,6 +12,7 @@
 #include "jit/nvrtc/nvjitlink.h"
 #include "support/elf_build_id.h"
 #include "support/file_util.h"
+#include "support/hash.h"
 
 namespace kiln::jit {
 namespace {
@@ -67,8 +68,15 @@ Result<std::string> clang_toolchain_identity() {
       }
       id += ";" + file.substr(file.find_last_of('/') + 1) + "=" + build_id.value();
     }
-    // The clang toolchain makes its CUDA cubins with nvJitLink: that library compiles too.
-    identity = id + nvjitlink_identity();
+    // The clang toolchain makes its CUDA cubins with nvJitLink and links CUDA's libdevice into
+    // them: both compile too.
+    id += nvjitlink_identity();
+    std::string cuda_home = "/usr/local/cuda";
+    for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+      if (const char* v = std::getenv(var); v && *v) cuda_home = v;
+    if (auto libdevice = read_file(cuda_home + "/nvvm/libdevice/libdevice.10.bc"); libdevice.ok())
+      id += ";libdevice=" + xxh3_128(libdevice.value()).hex();
+    identity = id;
   });
   return identity;
 }

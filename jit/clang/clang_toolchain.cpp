@@ -28,6 +28,7 @@
 #include <clang/Driver/Tool.h>
 #include <clang/Frontend/CompilerInstance.h>
 #include <clang/Frontend/CompilerInvocation.h>
+#include <clang/Lex/HeaderSearchOptions.h>
 #include <clang/Frontend/TextDiagnosticPrinter.h>
 #include <clang/Frontend/Utils.h>
 #include <lld/Common/Driver.h>
@@ -207,7 +208,12 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
     clang::EmitObjAction action;
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
   }
-  for (const auto& dep : collector->getDependencies()) dependencies.push_back(dep);
+  // Clang's own resource headers (stddef.h, __clang_cuda_builtin_vars.h, ...) belong to the
+  // toolchain, whose identity is in every key: keep them out of the manifest, so a node that
+  // only loads (and has no LLVM installed) can still complete the key.
+  const std::string& resource_dir = instance.getHeaderSearchOpts().ResourceDir;
+  for (const auto& dep : collector->getDependencies())
+    if (resource_dir.empty() || !path_is_within(absolute_path(dep), absolute_path(resource_dir))) dependencies.push_back(dep);
   return ok;
 }
 
@@ -346,8 +352,7 @@ class ClangToolchain final : public Toolchain {
       }
       image.cubins[sm] = std::move(cubin).value();
     }
-    // libdevice is read by the backend, not the preprocessor: name it so it enters the key.
-    result.dependencies.push_back(cuda_home() + "/nvvm/libdevice/libdevice.10.bc");
+    // libdevice (read by the back end, not the preprocessor) is in the toolchain identity.
     result.artifact = encode_cuda_module(image);
     result.success = true;
     return done();
