@@ -128,6 +128,8 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& target
     // entry TU, and the check's reference runs on the host from the cpu artifact.
     r.compile.defines.insert(r.compile.defines.end(), spec.cuda->defines.begin(), spec.cuda->defines.end());
     r.compile.flags = spec.cuda->flags;
+    for (auto& e : spec.entries)
+      if (!e.name_expression.empty()) r.compile.name_expressions.push_back(e.name_expression);
     if (cuda_toolchain_for(spec) == "clang") r.compile.include_dirs.push_back(cuda_device_include_dir());
     if (spec.check) r.kernels.pop_back();
     return r;
@@ -179,8 +181,10 @@ KeyParts input_key(const BuildRequest& r, const std::string& toolchain_identity)
     k.add("kernel", sig.name);
     for (auto size : sig.param_sizes) k.add("param-size", std::to_string(size));
   }
-  for (auto& e : spec.entries)
+  for (auto& e : spec.entries) {
     for (auto& p : e.params) k.add("param", e.name + "." + p.name + ":" + p.type);
+    if (!e.name_expression.empty() && r.target.backend == "cuda") k.add("name-expression", e.name + "=" + e.name_expression);
+  }
   for (size_t i = 0; i < r.compile.sources.size(); ++i) {
     std::string label = label_for(r.compile.sources[i].path, spec);
     k.add("source", label);
@@ -318,7 +322,7 @@ std::string encode_kernels(const std::vector<runtime::KernelSignature>& kernels)
   std::string out;
   for (auto& k : kernels) {
     if (!out.empty()) out += ";";
-    out += k.name + ":";
+    out += k.name + (k.symbol.empty() ? "" : "=" + k.symbol) + ":";
     for (size_t i = 0; i < k.param_sizes.size(); ++i) out += (i ? "," : "") + std::to_string(k.param_sizes[i]);
   }
   return out;
@@ -332,7 +336,9 @@ Result<std::vector<runtime::KernelSignature>> decode_kernels(std::string_view te
     text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
     size_t colon = item.find(':');
     if (colon == std::string_view::npos || colon == 0) return Status(StatusCode::kDataLoss, "bad kernel list in artifact metadata");
-    runtime::KernelSignature sig{std::string(item.substr(0, colon)), {}};
+    std::string_view names = item.substr(0, colon);
+    runtime::KernelSignature sig{std::string(names.substr(0, names.find('='))), {}, ""};
+    if (names.find('=') != std::string_view::npos) sig.symbol = std::string(names.substr(names.find('=') + 1));
     std::string_view sizes = item.substr(colon + 1);
     while (!sizes.empty()) {
       size_t comma = sizes.find(',');

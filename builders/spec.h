@@ -38,6 +38,7 @@ struct ParamSpec {
 
 struct EntryPoint {
   std::string name;
+  std::string name_expression;  // CUDA: a template instance to compile as this entry, "scale<float>"
   std::vector<ParamSpec> params;
   SourcePos pos;
 };

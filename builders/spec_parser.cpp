@@ -362,12 +362,15 @@ class SpecParser {
     for (auto& item : *arr) {
       auto* t = item.as_table();
       if (!t) return spec_error(pos_of(item), "each entry is a table with 'name' and 'params'");
-      KILN_RETURN_IF_ERROR(check_keys(*t, {"name", "params"}));
+      KILN_RETURN_IF_ERROR(check_keys(*t, {"name", "params", "name_expression"}));
       EntryPoint e;
       e.pos = pos_of(item);
       KILN_ASSIGN_OR_RETURN(e.name, required_string(*t, "name"));
       if (!is_identifier(e.name)) return spec_error(pos_of(*t->get("name")), "entry name '" + e.name + "' must be an identifier");
       if (spec.find_entry(e.name)) return spec_error(pos_of(*t->get("name")), "entry '" + e.name + "' is defined twice");
+      if (t->get("name_expression")) {
+        KILN_ASSIGN_OR_RETURN(e.name_expression, required_string(*t, "name_expression"));
+      }
       auto* params = t->get("params");
       if (!params || !params->is_array()) return spec_error(e.pos, "entry '" + e.name + "' needs 'params', an array of strings");
       std::set<std::string> names;

@@ -26,6 +26,8 @@ struct CompileRequest {
   std::vector<std::string> defines;       // "NAME" or "NAME=VALUE"
   std::vector<std::string> flags;         // extra compiler flags, already validated
   std::string label;                      // "op vector_add", for messages
+  // CUDA (NVRTC): expressions naming template instances to compile, e.g. "scale<float>".
+  std::vector<std::string> name_expressions;
 };
 
 struct Diagnostic {
@@ -51,6 +53,8 @@ struct CompileResult {
   std::vector<std::string> dependencies;
   std::string log;        // the compiler's output, as text
   double compile_ms = 0;
+  // For each requested name expression, its symbol in the artifact (the mangled name).
+  std::vector<std::pair<std::string, std::string>> lowered_names;
 };
 
 // Thread-safety: compile() may be called from several threads at once.

@@ -32,6 +32,7 @@ struct Dim3 {
 struct KernelSignature {
   std::string name;
   std::vector<uint32_t> param_sizes;
+  std::string symbol;  // the name in the module when it differs (a templated kernel's mangled name)
 };
 
 // Bytes to load and what they are. The runtime never parses specs: whoever built the

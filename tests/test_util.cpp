@@ -46,6 +46,24 @@ std::string read_text(const std::string& path) {
 
 std::string kiln_binary() { return KILN_TEST_BINARY; }
 
+void write_templated_spec(const TempDir& dir) {
+  dir.write("scale_f32.toml",
+            "name = \"scale_f32\"\nlanguage = \"cpp\"\nsources = [\"scale.cpp\"]\n"
+            "[[entry]]\nname = \"scale_f32\"\nname_expression = \"scale<float>\"\n"
+            "params = [\"float* x\", \"float a\", \"int64_t n\"]\n[cuda]\nsources = [\"scale.cu\"]\n");
+  dir.write("scale.cpp",
+            "#include <kiln/cpu_kernel.h>\n"
+            "void scale_f32(const kiln::cpu::Block& b, float* x, float a, int64_t n) {\n"
+            "  for (int64_t i = b.block_idx.x * b.block_dim.x; i < n && i < (b.block_idx.x + 1) * b.block_dim.x; ++i) x[i] *= a;\n"
+            "}\n");
+  dir.write("scale.cu",
+            "template <typename T>\n"
+            "__global__ void scale(T* x, T a, long long n) {\n"
+            "  long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;\n"
+            "  if (i < n) x[i] *= a;\n"
+            "}\n");
+}
+
 ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   TempDir io;
   std::string out_path = io / "out", err_path = io / "err";

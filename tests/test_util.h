@@ -36,6 +36,10 @@ struct ProcessResult {
 // Runs argv[0] with the extra environment variables, waits, captures stdout and stderr.
 ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
 
+// A spec folder with a templated CUDA kernel (entry scale_f32 = scale<float>) and its CPU
+// twin, for tests of NVRTC name expressions.
+void write_templated_spec(const TempDir& dir);
+
 // The kiln binary built alongside the tests.
 std::string kiln_binary();
 

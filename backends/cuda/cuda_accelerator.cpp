@@ -158,7 +158,8 @@ class CudaModule final : public runtime::Module {
   }
   Status add(const runtime::KernelSignature& sig) {
     void* fn = nullptr;
-    KILN_CU_CHECK(m_acc.drv(), cuModuleGetFunction(&fn, m_module, sig.name.c_str()),
+    const std::string& symbol = sig.symbol.empty() ? sig.name : sig.symbol;
+    KILN_CU_CHECK(m_acc.drv(), cuModuleGetFunction(&fn, m_module, symbol.c_str()),
                   m_label + ": kernel " + sig.name + " (is it extern \"C\" __global__?)");
     m_kernels[sig.name] = std::make_unique<CudaKernel>(m_acc, sig, fn);
     return {};

@@ -332,6 +332,11 @@ class ClangToolchain final : public Toolchain {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "the Clang CUDA path compiles one source"});
       return done();
     }
+    if (!request.name_expressions.empty()) {
+      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0,
+                                    "name expressions (templated entries) need the NVRTC path: [cuda] toolchain = \"nvrtc\""});
+      return done();
+    }
     clang::DiagnosticOptions options;
     options.ShowColors = false;
     CollectingConsumer consumer(options);

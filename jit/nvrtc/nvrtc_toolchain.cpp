@@ -140,7 +140,18 @@ class NvrtcToolchain final : public Toolchain {
     for (auto& flag : request.flags) options.push_back(flag);
     std::vector<const char*> argv;
     for (auto& o : options) argv.push_back(o.c_str());
+    for (auto& expr : request.name_expressions) m_api.nvrtcAddNameExpression(prog, expr.c_str());
     int rc = m_api.nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+    if (rc == 0 && !cubin) {
+      result.lowered_names.clear();
+      for (auto& expr : request.name_expressions) {
+        const char* lowered = nullptr;
+        if (m_api.nvrtcGetLoweredName(prog, expr.c_str(), &lowered) == 0 && lowered)
+          result.lowered_names.emplace_back(expr, lowered);
+        else
+          result.diagnostics.push_back({Diagnostic::Severity::kError, src.path, 0, 0, "name expression '" + expr + "' names no kernel"});
+      }
+    }
     size_t log_size = 0;
     m_api.nvrtcGetProgramLogSize(prog, &log_size);
     std::string log(log_size, '\0');

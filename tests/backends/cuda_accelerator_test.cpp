@@ -114,6 +114,32 @@ TEST_F(CudaAcceleratorTest, PinnedMemoryAndMemoryStats) {
   EXPECT_GE(after.max_allocated, before.allocated + (64u << 20));
 }
 
+TEST_F(CudaAcceleratorTest, ATemplatedKernelLaunchesThroughItsNameExpression) {
+  testing::TempDir specs, local_cache;
+  testing::write_templated_spec(specs);
+  builders::OpsOptions o;
+  o.cache_dir = local_cache.path();
+  o.spec_dirs = {specs.path()};
+  o.accelerator = "cuda";
+  auto local = builders::Ops::create(o).value();
+  auto op = local->get("scale_f32");
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  const long long n = 1000;
+  std::vector<float> x(n);
+  for (long long i = 0; i < n; ++i) x[i] = static_cast<float>(i);
+  void* dx = cuda->allocate(n * sizeof(float)).value();
+  ASSERT_TRUE(cuda->copy(dx, x.data(), n * sizeof(float)).ok());
+  float a = 0.5f;
+  const void* args[] = {&dx, &a, &n};
+  auto& stream = cuda->default_stream();
+  ASSERT_TRUE((*op)->kernel().value()->launch(stream, {4, 1, 1}, {256, 1, 1}, args, 3).ok());
+  ASSERT_TRUE(stream.synchronize().ok());
+  std::vector<float> out(n);
+  ASSERT_TRUE(cuda->copy(out.data(), dx, n * sizeof(float)).ok());
+  for (long long i = 0; i < n; ++i) ASSERT_EQ(out[i], 0.5f * static_cast<float>(i)) << i;
+  cuda->deallocate(dx);
+}
+
 TEST_F(CudaAcceleratorTest, ACapturedGraphReplaysItsLaunches) {
   // y += x, 100 times, captured once and replayed twice: y = y0 + 200 x.
   auto op = ops->get("axpby");

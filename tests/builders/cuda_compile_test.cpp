@@ -147,6 +147,33 @@ TEST_F(CudaCompileTest, TheClangPathCompilesEveryBundledOpToo) {
   }
 }
 
+TEST_F(CudaCompileTest, ATemplatedEntryIsFoundThroughItsNameExpression) {
+  testing::TempDir specs;
+  testing::write_templated_spec(specs);
+  OpsOptions o;
+  o.cache_dir = cache.path();
+  o.spec_dirs = {specs.path()};
+  o.accelerator = "cpu";
+  auto local = Ops::create(o).value();
+  auto spec = local->find_spec("scale_f32").value();
+  auto outcome = local->build(spec, parse_target("cuda:sm_90").value()).value();
+  ASSERT_TRUE(outcome.success) << outcome.diagnostics_text();
+  ASSERT_EQ(outcome.kernels.size(), 1u);
+  EXPECT_EQ(outcome.kernels[0].name, "scale_f32");
+  EXPECT_EQ(outcome.kernels[0].symbol, "_Z5scaleIfEvPT_S0_x");
+  auto image = decode_cuda_module(outcome.artifact).value();
+  EXPECT_NE(image.ptx.find(".entry _Z5scaleIfEvPT_S0_x"), std::string::npos);
+  // The symbol survives the cache.
+  auto again = local->build(spec, parse_target("cuda:sm_90").value()).value();
+  EXPECT_EQ(again.cache, CacheOutcome::kDisk);
+  EXPECT_EQ(again.kernels[0].symbol, "_Z5scaleIfEvPT_S0_x");
+  // An expression that names nothing is an error with the expression in it.
+  specs.write("scale_f32.toml", testing::read_text(specs / "scale_f32.toml").replace(
+                                    testing::read_text(specs / "scale_f32.toml").find("scale<float>"), 12, "scal<float>"));
+  auto bad = local->build(local->find_spec("scale_f32").value(), parse_target("cuda:sm_90").value()).value();
+  EXPECT_FALSE(bad.success);
+}
+
 TEST(CudaAbsentTest, MissingNvrtcIsOneClearMessage) {
   testing::TempDir cache;
   auto r = testing::run_process({testing::kiln_binary(), "--cache-dir", cache.path(), "build",
