@@ -91,7 +91,7 @@ std::string generate_cpu_entry_source(const OpSpec& spec) {
 static std::vector<runtime::KernelSignature> signatures_of(const OpSpec& spec) {
   std::vector<runtime::KernelSignature> out;
   auto sig = [](const std::string& name, const std::vector<ParamSpec>& params) {
-    runtime::KernelSignature s{name, {}};
+    runtime::KernelSignature s{name, {}, ""};
     for (auto& p : params) s.param_sizes.push_back(p.size);
     return s;
   };

@@ -53,6 +53,9 @@ class Event {
   virtual bool query() = 0;
   // Blocks the calling thread until query() would be true.
   virtual Status synchronize() = 0;
+  // Milliseconds between `start` completing and this event completing; both must have been
+  // recorded and completed. Maps to cuEventElapsedTime.
+  virtual Result<double> elapsed_ms_since(Event& start) = 0;
 };
 
 class Stream;

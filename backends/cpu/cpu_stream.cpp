@@ -18,6 +18,24 @@ Status CpuEvent::synchronize() {
   return {};
 }
 
+Result<double> CpuEvent::elapsed_ms_since(runtime::Event& start_event) {
+  auto* start = dynamic_cast<CpuEvent*>(&start_event);
+  if (!start) return invalid_argument("elapsed time: the events belong to different accelerators");
+  std::chrono::steady_clock::time_point a, b;
+  {
+    std::lock_guard lock(start->m_mutex);
+    if (start->m_recorded == 0 || start->m_completed < start->m_recorded)
+      return invalid_argument("elapsed time: the start event has not completed");
+    a = start->m_completed_at;
+  }
+  {
+    std::lock_guard lock(m_mutex);
+    if (m_recorded == 0 || m_completed < m_recorded) return invalid_argument("elapsed time: the end event has not completed");
+    b = m_completed_at;
+  }
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
 uint64_t CpuEvent::begin_record() {
   std::lock_guard lock(m_mutex);
   return ++m_recorded;
@@ -32,6 +50,7 @@ void CpuEvent::complete(uint64_t ticket) {
   {
     std::lock_guard lock(m_mutex);
     if (ticket > m_completed) m_completed = ticket;
+    m_completed_at = std::chrono::steady_clock::now();
   }
   m_cv.notify_all();
 }

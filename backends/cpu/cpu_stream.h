@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -21,6 +22,7 @@ class CpuEvent final : public runtime::Event {
  public:
   bool query() override;
   Status synchronize() override;
+  Result<double> elapsed_ms_since(runtime::Event& start) override;
 
   // Called by a stream: recording returns the ticket that completion later reports.
   uint64_t begin_record();
@@ -33,6 +35,7 @@ class CpuEvent final : public runtime::Event {
   std::condition_variable m_cv;
   uint64_t m_recorded = 0;
   uint64_t m_completed = 0;
+  std::chrono::steady_clock::time_point m_completed_at;
 };
 
 // The most argument bytes and parameters one launch may carry (CUDA allows 32 KiB; CPU

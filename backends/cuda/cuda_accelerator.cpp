@@ -26,6 +26,14 @@ class CudaEvent final : public runtime::Event {
     KILN_CU_CHECK(m_acc.drv(), cuEventSynchronize(m_event), "event synchronize");
     return {};
   }
+  Result<double> elapsed_ms_since(runtime::Event& start) override {
+    auto* s = dynamic_cast<CudaEvent*>(&start);
+    if (!s) return invalid_argument("elapsed time: the events belong to different accelerators");
+    KILN_RETURN_IF_ERROR(m_acc.bind());
+    float ms = 0;
+    KILN_CU_CHECK(m_acc.drv(), cuEventElapsedTime(&ms, s->handle(), m_event), "elapsed time");
+    return static_cast<double>(ms);
+  }
   void* handle() const { return m_event; }
 
  private:

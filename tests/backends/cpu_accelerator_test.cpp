@@ -94,6 +94,21 @@ TEST(CpuAcceleratorTest, EventsMarkCompletionAcrossStreams) {
   ASSERT_TRUE(event->synchronize().ok());
 }
 
+TEST(CpuAcceleratorTest, EventsMeasureElapsedTime) {
+  CpuAccelerator acc;
+  auto stream = acc.create_stream().value();
+  auto start = acc.create_event().value(), end = acc.create_event().value();
+  EXPECT_FALSE(end->elapsed_ms_since(*start).ok());  // never recorded
+  std::vector<char> a(64 << 20, 1), b(64 << 20, 0);
+  ASSERT_TRUE(stream->record(*start).ok());
+  ASSERT_TRUE(stream->copy_async(b.data(), a.data(), a.size()).ok());
+  ASSERT_TRUE(stream->record(*end).ok());
+  ASSERT_TRUE(stream->synchronize().ok());
+  auto ms = end->elapsed_ms_since(*start);
+  ASSERT_TRUE(ms.ok()) << ms.status().message();
+  EXPECT_GT(*ms, 0.0);
+}
+
 TEST(CpuAcceleratorTest, AllocationsAreAlignedForVectors) {
   CpuAccelerator acc;
   for (size_t n : {1, 3, 64, 1000}) {

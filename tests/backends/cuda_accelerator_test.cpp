@@ -87,6 +87,14 @@ TEST_F(CudaAcceleratorTest, StreamsCopyAndEventsOrderWork) {
   EXPECT_EQ(back[1], 7);
   EXPECT_EQ(back[n - 1], 7);
   EXPECT_TRUE(done->query());
+  auto before = cuda->create_event().value(), after = cuda->create_event().value();
+  ASSERT_TRUE(s1->record(*before).ok());
+  ASSERT_TRUE(s1->copy_async(b, a, n * sizeof(int)).ok());
+  ASSERT_TRUE(s1->record(*after).ok());
+  ASSERT_TRUE(s1->synchronize().ok());
+  auto ms = after->elapsed_ms_since(*before);
+  ASSERT_TRUE(ms.ok()) << ms.status().message();
+  EXPECT_GT(*ms, 0.0);
   cuda->deallocate(a);
   cuda->deallocate(b);
 }
