@@ -1,6 +1,7 @@
 #include "builders/target.h"
 
 #include "runtime/host_cpu.h"
+#include "support/cuda_toolkit.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -48,15 +49,6 @@ Result<Target> parse_target(std::string_view text) {
 
 namespace kiln::builders {
 
-std::vector<int> cuda_archs(const Target& target) {
-  std::vector<int> out;
-  std::string_view a = target.arch;
-  size_t pos = 0;
-  while ((pos = a.find("sm_", pos)) != std::string_view::npos) {
-    out.push_back(std::atoi(std::string(a.substr(pos + 3, a.find(',', pos) - pos - 3)).c_str()));
-    pos += 3;
-  }
-  return out;
-}
+std::vector<int> cuda_archs(const Target& target) { return cuda_archs_in(target.arch); }
 
 }  // namespace kiln::builders

@@ -11,6 +11,7 @@
 
 #include "jit/nvrtc/nvjitlink.h"
 #include "support/elf_build_id.h"
+#include "support/cuda_toolkit.h"
 #include "support/file_util.h"
 #include "support/hash.h"
 
@@ -71,10 +72,7 @@ Result<std::string> clang_toolchain_identity() {
     // The clang toolchain makes its CUDA cubins with nvJitLink and links CUDA's libdevice into
     // them: both compile too.
     id += nvjitlink_identity();
-    std::string cuda_home = "/usr/local/cuda";
-    for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
-      if (const char* v = std::getenv(var); v && *v) cuda_home = v;
-    if (auto libdevice = read_file(cuda_home + "/nvvm/libdevice/libdevice.10.bc"); libdevice.ok())
+    if (auto libdevice = read_file(cuda_toolkit_root() + "/nvvm/libdevice/libdevice.10.bc"); libdevice.ok())
       id += ";libdevice=" + xxh3_128(libdevice.value()).hex();
     identity = id;
   });

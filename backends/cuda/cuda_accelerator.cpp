@@ -4,6 +4,7 @@
 
 #include "runtime/registry.h"
 #include "support/cuda_module_format.h"
+#include "support/cuda_toolkit.h"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -182,8 +183,8 @@ class CudaModule final : public runtime::Module {
 
 // The oldest compute capability of a target such as cuda:sm_80,sm_90 (lists are sorted).
 int sm_of(std::string_view target) {
-  auto pos = target.find("sm_");
-  return pos == std::string_view::npos ? -1 : std::atoi(std::string(target.substr(pos + 3)).c_str());
+  auto archs = cuda_archs_in(target);
+  return archs.empty() ? -1 : archs.front();
 }
 
 }  // namespace

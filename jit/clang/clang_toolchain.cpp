@@ -41,6 +41,7 @@
 #include "jit/nvrtc/nvjitlink.h"
 #include "jit/toolchain.h"
 #include "support/cuda_module_format.h"
+#include "support/cuda_toolkit.h"
 #include "support/file_util.h"
 
 LLD_HAS_DRIVER(elf)
@@ -114,21 +115,6 @@ class AllDependencies final : public clang::DependencyCollector {
   bool needSystemDependencies() override { return true; }
 };
 
-std::string cuda_home() {
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* v = std::getenv(var); v && *v) return v;
-  return "/usr/local/cuda";
-}
-
-// "cuda:sm_80,sm_90" -> {80, 90}
-std::vector<int> cuda_archs_of(const std::string& target) {
-  std::vector<int> out;
-  for (size_t pos = 0; (pos = target.find("sm_", pos)) != std::string::npos; pos += 3)
-    out.push_back(std::atoi(target.c_str() + pos + 3));
-  if (out.empty()) out.push_back(0);
-  return out;
-}
-
 std::string march_for(const std::string& target) {
   // "cpu:x86-64-v3" -> "x86-64-v3"; the target was validated by builders.
   auto pos = target.find(':');
@@ -154,8 +140,8 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
   if (request.language == "cuda") {
     // Device code only, to PTX for the oldest listed architecture, with kiln's prelude in
     // place of the CUDA headers; libdevice comes from the CUDA toolkit (--cuda-path).
-    storage = {k_clang_path, "-x", "cuda", "--cuda-device-only", "--offload-arch=sm_" + std::to_string(cuda_archs_of(request.target).front()),
-               "-nocudainc", "--cuda-path=" + cuda_home(), "-Wno-unknown-cuda-version", "-std=c++17", "-O3",
+    storage = {k_clang_path, "-x", "cuda", "--cuda-device-only", "--offload-arch=sm_" + std::to_string(cuda_archs_in(request.target).front()),
+               "-nocudainc", "--cuda-path=" + cuda_toolkit_root(), "-Wno-unknown-cuda-version", "-std=c++17", "-O3",
                "-include", "kiln/cuda_prelude.h"};
   } else {
     storage = {k_clang_path, "-x", "c++", "-std=c++20", "-O3", "-march=" + march_for(request.target), "-fPIC"};
@@ -332,6 +318,10 @@ class ClangToolchain final : public Toolchain {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "the Clang CUDA path compiles one source"});
       return done();
     }
+    if (cuda_archs_in(request.target).empty()) {
+      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "no architecture in target " + request.target});
+      return done();
+    }
     if (!request.name_expressions.empty()) {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0,
                                     "name expressions (templated entries) need the NVRTC path: [cuda] toolchain = \"nvrtc\""});
@@ -345,7 +335,7 @@ class ClangToolchain final : public Toolchain {
     result.diagnostics = consumer.take_diagnostics();
     result.log = consumer.text();
     if (!ok) return done();
-    std::vector<int> archs = cuda_archs_of(request.target);
+    std::vector<int> archs = cuda_archs_in(request.target);
     CudaModuleImage image;
     image.ptx_sm = archs.front();
     image.ptx.assign(ptx.bytes.data(), ptx.bytes.size());

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "support/cuda_toolkit.h"
 #include "support/elf_build_id.h"
 
 namespace kiln::jit {
@@ -26,9 +27,7 @@ constexpr int k_input_ptx = 2;  // NVJITLINK_INPUT_PTX
 
 std::vector<std::string> folders() {
   std::vector<std::string> out;
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* v = std::getenv(var); v && *v) out.push_back(std::string(v) + "/lib64/");
-  out.push_back("/usr/local/cuda/lib64/");
+  for (auto& root : cuda_toolkit_roots()) out.push_back(root + "/lib64/");
   return out;
 }
 

@@ -7,13 +7,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <optional>
 #include <filesystem>
 #include <regex>
 
 #include "jit/nvrtc/nvjitlink.h"
 #include "jit/toolchain_loader.h"
 #include "support/cuda_module_format.h"
+#include "support/cuda_toolkit.h"
 #include "support/file_util.h"
 
 namespace kiln::jit {
@@ -25,8 +25,12 @@ namespace {
 // 27.5 ms instead of 34 ms once warm (this machine, CUDA 13.0, 2026-11-22).
 constexpr const char* k_default_options[] = {"-std=c++17", "-default-device", "-pch"};
 
-std::string default_options_identity() {
-  std::string out = ";options=";
+// The identity of the NVRTC toolchain whose library is the file `real_path`: its ELF build id,
+// nvJitLink's (it makes the cubins when present) and the options kiln adds.
+std::string identity_for(const std::string& real_path) {
+  auto id = elf_build_id(real_path);
+  std::string out = "nvrtc;" + real_path.substr(real_path.find_last_of('/') + 1) + "=" + (id.ok() ? id.value() : "no-build-id");
+  out += nvjitlink_identity() + ";options=";
   for (const char* o : k_default_options) out += std::string(o) + " ";
   return out;
 }
@@ -83,10 +87,7 @@ class NvrtcToolchain final : public Toolchain {
     if (request.language != "cuda") return fail("NVRTC compiles language 'cuda', not '" + request.language + "'");
     if (request.sources.size() != 1)
       return fail("NVRTC compiles one translation unit; " + request.label + " has " + std::to_string(request.sources.size()));
-    // "cuda:sm_80,sm_90" -> {80, 90} (sorted by builders).
-    std::vector<int> archs;
-    for (size_t pos = 0; (pos = request.target.find("sm_", pos)) != std::string::npos; pos += 3)
-      archs.push_back(std::atoi(request.target.c_str() + pos + 3));
+    std::vector<int> archs = cuda_archs_in(request.target);  // ascending: builders normalise targets
     if (archs.empty()) return fail("no architecture in target " + request.target);
     CudaModuleImage image;
     // PTX once, for the oldest architecture (newer GPUs JIT it); then a cubin per listed
@@ -220,10 +221,8 @@ void load() {
   struct link_map* map = nullptr;
   std::string real = loaded;
   if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) real = map->l_name;
-  auto id = elf_build_id(real);
   api.path = real;
-  g_identity = "nvrtc;" + real.substr(real.find_last_of('/') + 1) + "=" + (id.ok() ? id.value() : "no-build-id");
-  g_identity += nvjitlink_identity() + default_options_identity();
+  g_identity = identity_for(real);
   g_toolchain = new NvrtcToolchain(std::move(api));
 }
 
@@ -233,9 +232,7 @@ std::vector<std::string> nvrtc_search_paths() {
   std::vector<std::string> out;
   // KILN_NVRTC_LIBRARY names the library file itself, and then it is the only place looked.
   if (const char* lib = std::getenv("KILN_NVRTC_LIBRARY"); lib && *lib) return {std::string(lib)};
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* v = std::getenv(var); v && *v) out.push_back(std::string(v) + "/lib64");
-  out.push_back("/usr/local/cuda/lib64");
+  for (auto& root : cuda_toolkit_roots()) out.push_back(root + "/lib64");
   out.push_back("");  // the dynamic loader's own search path
   return out;
 }
@@ -259,11 +256,7 @@ Result<std::string> nvrtc_toolchain_identity() {
         std::error_code ec;
         auto real = std::filesystem::canonical(explicit_lib && *explicit_lib ? dir : dir + "/" + name, ec);
         if (ec) continue;
-        auto id = elf_build_id(real.string());
-        identity = "nvrtc;" + real.filename().string() + "=" + (id.ok() ? id.value() : "no-build-id");
-        // nvJitLink makes the cubins when it is there: its build enters the key too.
-        identity.value() += nvjitlink_identity();
-        identity.value() += default_options_identity();
+        identity = identity_for(real.string());
         return;
       }
     }
