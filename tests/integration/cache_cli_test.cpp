@@ -20,6 +20,9 @@ std::vector<std::string> kiln(const std::string& cache, std::initializer_list<st
   return argv;
 }
 
+// Private user and mount namespaces, for a real full or read-only file system in a test.
+bool namespaces_available() { return run_process({"unshare", "-rm", "true"}).exit_code == 0; }
+
 int64_t json_int(const std::string& json, const std::string& field) {
   std::smatch m;
   if (!std::regex_search(json, m, std::regex("\"" + field + "\":(-?[0-9]+)"))) return -1;
@@ -166,7 +169,7 @@ TEST(CacheCliTest, ACacheThatCannotBeOpenedWarnsOnceAndOpsStillRun) {
 TEST(CacheCliTest, AFullDiskWarnsOnceAndOpsStillRun) {
   // A real full file system: a 256 KiB tmpfs in a private mount namespace, filled up after
   // the index is created.
-  if (run_process({"unshare", "-rm", "true"}).exit_code != 0) GTEST_SKIP() << "no user and mount namespaces here (unshare -rm)";
+  if (!namespaces_available()) GTEST_SKIP() << "no user and mount namespaces here (unshare -rm)";
   testing::TempDir dir;
   std::string kiln_cmd = testing::kiln_binary() + " --cache-dir " + dir.path() + "/fs/cache";
   std::string script = "mkdir -p " + dir.path() + "/fs && mount -t tmpfs -o size=256k tmpfs " + dir.path() + "/fs && " +
@@ -183,7 +186,7 @@ TEST(CacheCliTest, AFullDiskWarnsOnceAndOpsStillRun) {
 
 TEST(CacheCliTest, AReadOnlyCacheWarnsOnceAndOpsStillRun) {
   // Really read-only (EROFS), even for root: a read-only bind mount in a private namespace.
-  if (run_process({"unshare", "-rm", "true"}).exit_code != 0) GTEST_SKIP() << "no user and mount namespaces here (unshare -rm)";
+  if (!namespaces_available()) GTEST_SKIP() << "no user and mount namespaces here (unshare -rm)";
   testing::TempDir cache;
   ASSERT_EQ(run_process(kiln(cache.path(), {"build", testing::bundled_spec_dir() + "/axpby.toml"})).exit_code, 0);
   std::string script = "mount --bind -o ro " + cache.path() + " " + cache.path() + " && mount -o remount,bind,ro " +

@@ -72,44 +72,36 @@ void BM_DiskHitAndLoad(benchmark::State& state) {
 }
 BENCHMARK(BM_DiskHitAndLoad)->Unit(benchmark::kMicrosecond);
 
-void BM_WarmCompile(benchmark::State& state) {
-  auto& f = fixture();
-  auto request = make_build_request(f.spec, f.target).value();
-  auto* toolchain = jit::load_clang_toolchain().value();
+// Compiles one request over and over with an already-loaded toolchain.
+void compile_repeatedly(benchmark::State& state, Result<jit::Toolchain*> toolchain, const BuildRequest& request) {
+  if (!toolchain.ok()) return state.SkipWithError(toolchain.status().message().c_str());
   for (auto _ : state) {
-    auto result = toolchain->compile(request.compile);
+    auto result = (*toolchain)->compile(request.compile);
     if (!result.success) state.SkipWithError("compile failed");
   }
+}
+
+void BM_WarmCompile(benchmark::State& state) {
+  auto& f = fixture();
+  compile_repeatedly(state, jit::load_clang_toolchain(), make_build_request(f.spec, f.target).value());
 }
 BENCHMARK(BM_WarmCompile)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
-// One bundled CUDA op, NVRTC to PTX + nvJitLink to a cubin, in a resident process (compare
-// with `nvcc -cubin`, a subprocess, in tools/bench/run). Skips without NVRTC.
+// One bundled CUDA op for sm_90 in a resident process (compare with `nvcc -cubin`, a
+// subprocess, in tools/bench/run): NVRTC to PTX + nvJitLink to a cubin, then the same op
+// through Clang's NVPTX back end (kiln's prelude, no CUDA headers) + nvJitLink.
 void BM_WarmCompileCuda(benchmark::State& state) {
-  auto& f = fixture();
-  auto toolchain = jit::load_nvrtc_toolchain();
-  if (!toolchain.ok()) return state.SkipWithError(toolchain.status().message().c_str());
-  auto spec = f.ops->find_spec("row_softmax").value();
+  auto spec = fixture().ops->find_spec("row_softmax").value();
   auto request = make_build_request(spec, parse_target("cuda:sm_90").value()).value();
-  for (auto _ : state) {
-    auto result = (*toolchain)->compile(request.compile);
-    if (!result.success) state.SkipWithError("compile failed");
-  }
+  compile_repeatedly(state, jit::load_nvrtc_toolchain(), request);
 }
 BENCHMARK(BM_WarmCompileCuda)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
-// The same op through Clang's NVPTX back end (kiln's prelude, no CUDA headers) + nvJitLink.
 void BM_WarmCompileCudaClang(benchmark::State& state) {
-  auto& f = fixture();
-  auto toolchain = jit::load_clang_toolchain();
-  if (!toolchain.ok()) return state.SkipWithError(toolchain.status().message().c_str());
-  auto spec = f.ops->find_spec("row_softmax").value();
+  auto spec = fixture().ops->find_spec("row_softmax").value();
   spec.cuda->toolchain = "clang";
   auto request = make_build_request(spec, parse_target("cuda:sm_90").value()).value();
-  for (auto _ : state) {
-    auto result = (*toolchain)->compile(request.compile);
-    if (!result.success) state.SkipWithError("compile failed");
-  }
+  compile_repeatedly(state, jit::load_clang_toolchain(), request);
 }
 BENCHMARK(BM_WarmCompileCudaClang)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
