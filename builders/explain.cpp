@@ -64,7 +64,7 @@ Result<Explanation> explain_miss(Ops& ops, const OpSpec& spec, const Target& tar
   if (!store) return unavailable("the cache is not available, so every build compiles");
   KILN_ASSIGN_OR_RETURN(BuildRequest request, make_build_request(spec, target));
   KILN_ASSIGN_OR_RETURN(std::string identity, jit::clang_toolchain_identity());
-  KeyParts input = input_key(request, identity);
+  KeyParts input = input_key(request, identity, /*with_components=*/true);
   Components current = input.components;
   bool headers_known = false;
   auto manifest_text = store->get_manifest(input.key);

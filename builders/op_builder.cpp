@@ -164,9 +164,9 @@ const std::vector<std::string>& environment_in_key() {
   return k_vars;
 }
 
-KeyParts input_key(const BuildRequest& r, const std::string& toolchain_identity) {
+KeyParts input_key(const BuildRequest& r, const std::string& toolchain_identity, bool with_components) {
   const OpSpec& spec = *r.spec;
-  cache::KeyBuilder k("input");
+  cache::KeyBuilder k("input", with_components);
   k.add("toolchain", toolchain_identity);
   for (auto& var : environment_in_key())
     if (const char* v = std::getenv(var.c_str())) k.add("env:" + var, v);
@@ -247,14 +247,15 @@ Result<std::vector<ManifestEntry>> manifest_from_dependencies(const std::vector<
 }
 
 KeyParts artifact_key(const KeyParts& input, const std::vector<ManifestEntry>& headers) {
-  cache::KeyBuilder k("artifact");
+  cache::KeyBuilder k("artifact");  // its own components are not kept: the input's plus the headers are
   k.add("input", input.key);
   for (auto& h : headers) {
     k.add("header", h.label);
     k.add("header-content:" + h.label, h.hash);
   }
   KeyParts out{k.finish(), input.components};
-  for (auto& h : headers) out.components.emplace_back("header-content:" + h.label, h.hash.hex());
+  if (!input.components.empty())
+    for (auto& h : headers) out.components.emplace_back("header-content:" + h.label, h.hash.hex());
   return out;
 }
 

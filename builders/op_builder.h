@@ -49,7 +49,8 @@ struct KeyParts {
   Hash128 key;
   std::vector<std::pair<std::string, std::string>> components;  // for `kiln cache explain`
 };
-KeyParts input_key(const BuildRequest& request, const std::string& toolchain_identity);
+// `with_components` also fills KeyParts::components (needed to store or explain, not to look up).
+KeyParts input_key(const BuildRequest& request, const std::string& toolchain_identity, bool with_components = false);
 
 // Environment variables that can change what the compiler reads or emits. Those set enter
 // the input key; every other variable is documented (README) as not affecting artifacts.

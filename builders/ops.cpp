@@ -226,7 +226,8 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
     out.warnings.push_back("not cached: " + headers.status().message());
     return finish();
   }
-  KeyParts key = artifact_key(input, headers.value());
+  // What the key was made of is stored with the artifact (for `kiln cache explain`).
+  KeyParts key = artifact_key(input_key(request, identity, /*with_components=*/true), headers.value());
   out.key = key.key;
   cache::ArtifactRecord record;
   record.key = key.key;

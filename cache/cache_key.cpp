@@ -10,7 +10,7 @@ static void put_u64(Hasher128& h, uint64_t v) {
   h.update(b, 8);
 }
 
-KeyBuilder::KeyBuilder(std::string_view purpose) {
+KeyBuilder::KeyBuilder(std::string_view purpose, bool keep_components) : m_keep_components(keep_components) {
   add("kiln-key-schema", std::to_string(k_key_schema_version));
   add("purpose", purpose);
 }
@@ -23,7 +23,8 @@ static bool printable(std::string_view v) {
 }
 
 KeyBuilder& KeyBuilder::add(std::string_view field, std::string_view value) {
-  m_components.emplace_back(std::string(field), printable(value) ? std::string(value) : "#" + xxh3_128(value).hex());
+  if (m_keep_components)
+    m_components.emplace_back(std::string(field), printable(value) ? std::string(value) : "#" + xxh3_128(value).hex());
   put_u64(m_hasher, field.size());
   m_hasher.update(field);
   put_u64(m_hasher, value.size());
@@ -33,7 +34,7 @@ KeyBuilder& KeyBuilder::add(std::string_view field, std::string_view value) {
 
 KeyBuilder& KeyBuilder::add(std::string_view field, const Hash128& value) {
   add(field, std::string_view(reinterpret_cast<const char*>(value.bytes.data()), value.bytes.size()));
-  m_components.back().second = value.hex();
+  if (m_keep_components) m_components.back().second = value.hex();
   return *this;
 }
 

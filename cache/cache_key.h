@@ -19,7 +19,9 @@ class KeyBuilder {
  public:
   // Starts with the schema version and a purpose tag ("input", "artifact"), so keys built
   // for different purposes from the same fields never collide.
-  explicit KeyBuilder(std::string_view purpose);
+  // `keep_components`: also remember what went in (for storing with an artifact and for
+  // `kiln cache explain`); lookups leave it off, it costs a second hash of every source.
+  explicit KeyBuilder(std::string_view purpose, bool keep_components = false);
   KeyBuilder& add(std::string_view field, std::string_view value);
   KeyBuilder& add(std::string_view field, const Hash128& value);
   Hash128 finish() const { return m_hasher.digest(); }
@@ -31,6 +33,7 @@ class KeyBuilder {
 
  private:
   Hasher128 m_hasher;
+  bool m_keep_components;
   std::vector<std::pair<std::string, std::string>> m_components;
 };
 
