@@ -288,7 +288,10 @@ Result<std::shared_ptr<LoadedOp>> Ops::get(const std::string& op, const std::str
 }
 
 Result<runtime::Accelerator*> Ops::accelerator_for(const Target& target) {
-  if (target.backend == m_accelerator->name()) return m_accelerator;
+  // Any accelerator that runs the target's artifacts will do, the chosen one first: a
+  // plug-in that runs host code takes cpu targets.
+  if (target.backend == m_accelerator->name() || m_accelerator->can_load(artifact_kind_for(target), target.str()).ok())
+    return m_accelerator;
   return runtime::get_accelerator(target.backend);
 }
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "support/status.h"
@@ -80,10 +81,12 @@ class Stream {
   virtual Status wait(Event& event) = 0;
   // Blocks until everything submitted so far has completed.
   virtual Status synchronize() = 0;
+  // True when everything submitted so far has completed (cuStreamQuery), without blocking.
+  virtual bool query() = 0;
 
   // Capture: work submitted until end_capture() is recorded instead of run, and comes back
   // as a Graph to replay (cuStreamBeginCapture / cuStreamEndCapture + cuGraphInstantiate).
-  // Backends without graphs say so here.
+  // Backends without graphs say so here and in Accelerator::supports(Capability::kGraphs).
   virtual Status begin_capture() { return unavailable("this accelerator does not capture graphs yet"); }
   virtual Result<std::unique_ptr<Graph>> end_capture() { return unavailable("this accelerator does not capture graphs yet"); }
 };
@@ -108,42 +111,150 @@ class Module {
 
 // Device memory as the accelerator sees it. Maps to torch.cuda.memory_stats and cuMemGetInfo.
 struct MemoryStats {
-  uint64_t allocated = 0;      // bytes handed out by allocate() and not yet freed
+  uint64_t allocated = 0;      // bytes handed out by allocate() and not yet freed, as asked for
   uint64_t max_allocated = 0;  // the peak of `allocated` since creation or reset_peak_memory()
+  uint64_t reserved = 0;       // bytes held from the driver or OS for those allocations (with rounding)
+  uint64_t max_reserved = 0;   // the peak of `reserved`
   uint64_t total = 0;          // the device's memory
   uint64_t available = 0;      // free on the device now, as its driver or OS reports it
 };
 
+// Element types a kernel may compute in. Maps to torch.dtype.
+enum class DType : uint8_t { kBool, kInt8, kUInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64 };
+inline constexpr DType k_all_dtypes[] = {DType::kBool,    DType::kInt8,     DType::kUInt8,   DType::kInt16,
+                                         DType::kInt32,   DType::kInt64,    DType::kFloat16, DType::kBFloat16,
+                                         DType::kFloat32, DType::kFloat64};
+std::string_view dtype_name(DType t);  // "float16", "bfloat16", "int32", ...
+size_t dtype_size(DType t);
+
+// What a backend may or may not do. Accelerator::supports() answers each with ok or a
+// reason; a method behind a capability the backend lacks returns that reason, never crashes.
+enum class Capability : uint8_t {
+  kMultiDevice,       // set_device() to devices other than 0
+  kPinnedMemory,      // allocate_host() gives page-locked memory that async copies need
+  kEventTiming,       // Event::elapsed_ms_since
+  kGraphs,            // Stream::begin_capture / end_capture / Graph::launch
+  kGraphEvents,       // Stream::record and wait while capturing
+  kExternalProfiler,  // range_push/range_pop reach an external profiler (NVTX)
+  kFloat16,           // kernels may compute in float16
+  kBFloat16,          // kernels may compute in bfloat16
+};
+inline constexpr Capability k_all_capabilities[] = {
+    Capability::kMultiDevice,      Capability::kPinnedMemory, Capability::kEventTiming, Capability::kGraphs,
+    Capability::kGraphEvents,      Capability::kExternalProfiler, Capability::kFloat16, Capability::kBFloat16};
+std::string_view capability_name(Capability c);  // "graphs", "pinned_memory", ...
+
+// The state of one device's random-number generator: a Philox4x32-10 key (`seed`) and how
+// many 128-bit counter blocks have been handed out (`offset`). A kernel given (seed, offset)
+// draws element i from philox(counter = offset + i / 4, key = seed), so what it draws
+// depends only on the state and the element, never on which thread ran first. Maps to
+// torch.cuda.get_rng_state / the philox (seed, offset) pair of PyTorch's CUDA generator.
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  bool operator==(const RngState&) const = default;
+};
+
 class Accelerator {
  public:
-  virtual ~Accelerator() = default;
+  Accelerator();
+  virtual ~Accelerator();
+  Accelerator(const Accelerator&) = delete;
+  Accelerator& operator=(const Accelerator&) = delete;
 
+  // ---- identity and devices
   // Registry name: "cpu", "cuda", ...
   virtual std::string_view name() const = 0;
   virtual int device_count() const = 0;
   virtual std::string device_name(int device) const = 0;
+  // The device this accelerator's memory, streams and modules belong to. kiln drives one
+  // device per Accelerator; set_device to another one needs Capability::kMultiDevice.
+  virtual int current_device() const { return 0; }
+  virtual Status set_device(int device);
+  // Blocks until all work on every stream of the device has completed.
+  virtual Status synchronize() = 0;
   // The target string this device runs best: "cpu:x86-64-v4", "cuda:sm_90".
   virtual std::string native_target() const = 0;
   // Ok when an artifact of this kind and target can run here; otherwise says why not.
   virtual Status can_load(std::string_view kind, std::string_view target) const = 0;
+  // Ok when this backend does `c`; otherwise kUnavailable saying why not.
+  virtual Status supports(Capability c) const = 0;
+  // The collective-communication library frameworks pair with it: "gloo", "nccl", "rccl".
+  virtual std::string_view communication_backend() const = 0;
+  // Prefixes (or whole names) of the environment variables a launcher must pass on to the
+  // processes it starts on other nodes for this backend to behave the same there.
+  virtual std::vector<std::string> environment_prefixes() const = 0;
+  // Those variables as set in this process, sorted by name.
+  std::vector<std::pair<std::string, std::string>> environment_to_export() const;
 
+  // ---- data types
+  virtual std::vector<DType> supported_dtypes() const = 0;
+  bool is_fp16_supported() const { return supports(Capability::kFloat16).ok(); }
+  bool is_bf16_supported() const { return supports(Capability::kBFloat16).ok(); }
+
+  // ---- memory
   // Device memory. On the CPU this is host memory, aligned for vector loads.
   virtual Result<void*> allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr) = 0;
   // Synchronous copy in any direction (host and device pointers are told apart by the backend).
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
+  // Synchronous memset of device memory.
+  virtual Status memset(void* dst, int value, size_t bytes) = 0;
   // Page-locked host memory, which the device can copy to and from asynchronously (maps to
   // cuMemAllocHost). On the CPU it is ordinary memory.
   virtual Result<void*> allocate_host(size_t bytes) = 0;
   virtual void deallocate_host(void* ptr) = 0;
+  // True for memory from allocate_host (or pinned by the driver some other way).
+  virtual bool is_pinned(const void* ptr) const = 0;
+  // True when `ptr` is memory of this accelerator's device (from allocate).
+  virtual bool on_accelerator(const void* ptr) const = 0;
   virtual MemoryStats memory_stats() const = 0;
   virtual void reset_peak_memory() = 0;
 
+  // ---- streams and events
   virtual Stream& default_stream() = 0;
+  // The calling thread's current stream on this accelerator: the default stream until
+  // set_current_stream() names another (maps to torch.cuda.current_stream / set_stream).
+  Stream& current_stream();
+  // `stream` must outlive its use as current; nullptr goes back to the default stream.
+  void set_current_stream(Stream* stream);
   virtual Result<std::unique_ptr<Stream>> create_stream() = 0;
   virtual Result<std::unique_ptr<Event>> create_event() = 0;
 
+  // ---- modules
   virtual Result<std::shared_ptr<Module>> load_module(const ModuleImage& image) = 0;
+
+  // ---- random-number state, per device (torch.manual_seed and friends)
+  // Seeds the current device's generator and restarts its offset.
+  void manual_seed(uint64_t seed);
+  // Seeds every device's generator.
+  void manual_seed_all(uint64_t seed);
+  // Seeds the current device from a non-deterministic source; returns the seed.
+  uint64_t seed();
+  uint64_t initial_seed() const;
+  RngState get_rng_state() const;
+  void set_rng_state(const RngState& state);
+  // Reserves `count` random 32-bit values for one kernel launch: returns the state the
+  // kernel draws from and advances the offset past them (rounded up to whole blocks of 4),
+  // so the next launch draws fresh numbers.
+  RngState reserve_random(uint64_t count);
+
+  // ---- profiling ranges (torch.cuda.nvtx.range_push / range_pop)
+  // Opens a named range on the calling thread; ranges nest. Where the backend has an external
+  // profiler (Capability::kExternalProfiler) the range is also sent there.
+  void range_push(std::string_view name);
+  // Closes the calling thread's innermost range; returns its name and length in ms.
+  // kInvalidArgument when no range is open on this thread.
+  Result<std::pair<std::string, double>> range_pop();
+
+ protected:
+  // Hooks for backends that forward ranges to a profiler; the base class keeps the stack.
+  virtual void profiler_push(const std::string& name) {}
+  virtual void profiler_pop() {}
+
+ private:
+  struct Shared;
+  std::unique_ptr<Shared> m_shared;  // random state and other bookkeeping the base keeps
 };
 
 }  // namespace kiln::runtime

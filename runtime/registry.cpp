@@ -1,9 +1,14 @@
 #include "runtime/registry.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
 #include <map>
 #include <mutex>
+
+#include "runtime/plugin.h"
 
 namespace kiln::runtime {
 namespace {
@@ -11,7 +16,9 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::map<std::string, BackendRegistration> backends;
+  std::map<std::string, std::string> origins;
   std::map<std::string, std::unique_ptr<Accelerator>> created;
+  std::vector<std::string> plugin_errors;
 };
 
 Registry& registry() {
@@ -19,10 +26,38 @@ Registry& registry() {
   return *r;
 }
 
+// Set while a plug-in's init runs, so its registrations are attributed to it.
+thread_local const std::string* t_loading_plugin = nullptr;
+
 std::string names_of(const Registry& r) {
   std::string out;
   for (auto& [n, _] : r.backends) out += (out.empty() ? "" : ", ") + n;
   return out.empty() ? "(none)" : out;
+}
+
+// KILN_PLUGINS is read once, on the first call into the registry (never at load time).
+void load_env_plugins_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("KILN_PLUGINS");
+    if (!env || !*env) return;
+    std::string list = env;
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t end = list.find(':', start);
+      if (end == std::string::npos) end = list.size();
+      std::string path = list.substr(start, end - start);
+      start = end + 1;
+      if (path.empty()) continue;
+      Status st = load_plugin(path);
+      if (!st.ok()) {
+        std::cerr << "kiln: warning: KILN_PLUGINS: " << st.message() << "\n";
+        auto& r = registry();
+        std::lock_guard lock(r.mutex);
+        r.plugin_errors.push_back(st.message());
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -32,13 +67,54 @@ Status register_backend(BackendRegistration registration, bool replace_existing)
   std::lock_guard lock(r.mutex);
   if (registration.name.empty() || !registration.create) return invalid_argument("a backend needs a name and a factory");
   if (r.backends.count(registration.name) && !replace_existing)
-    return invalid_argument("backend '" + registration.name + "' is already registered");
+    return invalid_argument("backend '" + registration.name + "' is already registered (" +
+                            r.origins[registration.name] + "); pass replace_existing to override it");
+  if (r.created.count(registration.name))
+    return invalid_argument("backend '" + registration.name + "' is already in use and cannot be replaced");
   std::string name = registration.name;
   r.backends[name] = std::move(registration);
+  r.origins[name] = t_loading_plugin ? *t_loading_plugin : "built in";
   return {};
 }
 
+Status load_plugin(const std::string& path) {
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* e = ::dlerror();
+    return unavailable("cannot load plug-in " + path + ": " + (e ? e : "unknown error"));
+  }
+  auto* abi = reinterpret_cast<const int*>(::dlsym(handle, k_plugin_abi_symbol));
+  auto init = reinterpret_cast<PluginInitFn>(::dlsym(handle, k_plugin_init_symbol));
+  if (!abi || !init) {
+    ::dlclose(handle);
+    return invalid_argument(path + " is not a kiln plug-in (it defines no " + k_plugin_abi_symbol + " and " +
+                            k_plugin_init_symbol + "; see runtime/plugin.h)");
+  }
+  if (*abi != k_plugin_abi_version) {
+    ::dlclose(handle);
+    return invalid_argument(path + " was built for kiln plug-in ABI " + std::to_string(*abi) + ", this kiln speaks " +
+                            std::to_string(k_plugin_abi_version) + ": rebuild it against this kiln");
+  }
+  PluginHost host;
+  host.register_backend = &register_backend;
+  char error[512] = {};
+  t_loading_plugin = &path;
+  int rc = init(&host, error, sizeof error);
+  t_loading_plugin = nullptr;
+  // Never dlclose after init: it may have registered factories that point into it.
+  if (rc != 0) return internal_error("plug-in " + path + " failed to initialise: " + (error[0] ? error : "no reason given"));
+  return {};
+}
+
+std::vector<std::string> plugin_errors() {
+  load_env_plugins_once();
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.plugin_errors;
+}
+
 std::vector<std::string> registered_backends() {
+  load_env_plugins_once();
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   std::vector<std::string> out;
@@ -46,7 +122,19 @@ std::vector<std::string> registered_backends() {
   return out;
 }
 
+std::vector<BackendInfo> backend_infos() {
+  load_env_plugins_once();
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<BackendInfo> out;
+  for (auto& [n, b] : r.backends)
+    out.push_back({n, b.priority, !b.is_available || b.is_available(), r.origins[n]});
+  std::stable_sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.priority > b.priority; });
+  return out;
+}
+
 Result<Accelerator*> get_accelerator(const std::string& requested) {
+  load_env_plugins_once();
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   std::string name = requested;
@@ -67,8 +155,10 @@ Result<Accelerator*> get_accelerator(const std::string& requested) {
   }
   if (auto it = r.created.find(name); it != r.created.end()) return it->second.get();
   auto it = r.backends.find(name);
-  if (it == r.backends.end())
-    return not_found("no accelerator named '" + name + "' (registered: " + names_of(r) + ")");
+  if (it == r.backends.end()) {
+    std::string hint = r.plugin_errors.empty() ? "" : " (a plug-in failed to load: " + r.plugin_errors.front() + ")";
+    return not_found("no accelerator named '" + name + "' (registered: " + names_of(r) + ")" + hint);
+  }
   if (it->second.is_available && !it->second.is_available())
     return unavailable("accelerator '" + name + "' is registered but not available on this machine");
   auto made = it->second.create();

@@ -56,11 +56,56 @@ Status CpuAccelerator::can_load(std::string_view kind, std::string_view target) 
   return {};
 }
 
+Status CpuAccelerator::synchronize() {
+  std::vector<CpuStream*> streams;
+  {
+    std::lock_guard lock(m_streams.mutex);
+    streams = m_streams.streams;
+  }
+  // A stream destroyed meanwhile has drained in its destructor; the caller must not destroy
+  // streams concurrently with synchronize (as with cudaDeviceSynchronize and stream destroy).
+  for (auto* s : streams) KILN_RETURN_IF_ERROR(s->synchronize());
+  return {};
+}
+
+Status CpuAccelerator::supports(runtime::Capability c) const {
+  using runtime::Capability;
+  switch (c) {
+    case Capability::kMultiDevice:
+      return unavailable("cpu: the host is one device; its worker pool already spans every core");
+    case Capability::kPinnedMemory:
+      return unavailable("cpu: device memory is host memory, so no copy needs page-locked memory; allocate_host "
+                         "returns ordinary memory");
+    case Capability::kGraphEvents:
+      return unavailable("cpu: graphs capture launches, copies and memsets; record and wait are refused while capturing");
+    case Capability::kExternalProfiler:
+      return unavailable("cpu: profiling ranges are kept and timed by kiln; no external profiler is attached");
+    case Capability::kEventTiming:
+    case Capability::kGraphs:
+      return {};
+    case Capability::kFloat16:
+    case Capability::kBFloat16:
+      // Clang's _Float16 and __bf16 compute through float on CPUs without native support.
+      return {};
+  }
+  return invalid_argument("unknown capability");
+}
+
+std::vector<std::string> CpuAccelerator::environment_prefixes() const {
+  return {"KILN_", "OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "GLOO_"};
+}
+
+std::vector<runtime::DType> CpuAccelerator::supported_dtypes() const {
+  return {std::begin(runtime::k_all_dtypes), std::end(runtime::k_all_dtypes)};
+}
+
+static size_t rounded_size(size_t bytes) { return (std::max<size_t>(bytes, 1) + k_alignment - 1) / k_alignment * k_alignment; }
+
 Result<void*> CpuAccelerator::allocate(size_t bytes) {
-  size_t rounded = (std::max<size_t>(bytes, 1) + k_alignment - 1) / k_alignment * k_alignment;
+  size_t rounded = rounded_size(bytes);
   void* p = std::aligned_alloc(k_alignment, rounded);
   if (!p) return unavailable("cpu: cannot allocate " + std::to_string(bytes) + " bytes");
-  m_memory.on_allocate(p, rounded);
+  m_memory.on_allocate(p, bytes, rounded);
   return p;
 }
 
@@ -69,10 +114,22 @@ void CpuAccelerator::deallocate(void* ptr) {
   std::free(ptr);
 }
 
+Result<void*> CpuAccelerator::allocate_host(size_t bytes) {
+  void* p = std::aligned_alloc(k_alignment, rounded_size(bytes));
+  if (!p) return unavailable("cpu: cannot allocate " + std::to_string(bytes) + " host bytes");
+  return p;
+}
+
+void CpuAccelerator::deallocate_host(void* ptr) { std::free(ptr); }
+
+Status CpuAccelerator::memset(void* dst, int value, size_t bytes) {
+  std::memset(dst, value, bytes);
+  return {};
+}
+
 runtime::MemoryStats CpuAccelerator::memory_stats() const {
   runtime::MemoryStats s;
-  s.allocated = m_memory.allocated();
-  s.max_allocated = m_memory.peak();
+  m_memory.fill(s);
   struct sysinfo info{};
   if (::sysinfo(&info) == 0) {
     s.total = uint64_t{info.totalram} * info.mem_unit;
@@ -87,12 +144,12 @@ Status CpuAccelerator::copy(void* dst, const void* src, size_t bytes) {
 }
 
 runtime::Stream& CpuAccelerator::default_stream() {
-  std::call_once(m_default_once, [&] { m_default_stream = std::make_unique<CpuStream>(*m_pool); });
+  std::call_once(m_default_once, [&] { m_default_stream = std::make_unique<CpuStream>(*m_pool, m_streams); });
   return *m_default_stream;
 }
 
 Result<std::unique_ptr<runtime::Stream>> CpuAccelerator::create_stream() {
-  return std::unique_ptr<runtime::Stream>(std::make_unique<CpuStream>(*m_pool));
+  return std::unique_ptr<runtime::Stream>(std::make_unique<CpuStream>(*m_pool, m_streams));
 }
 
 Result<std::unique_ptr<runtime::Event>> CpuAccelerator::create_event() {
@@ -111,7 +168,7 @@ namespace {
 const bool k_registered = [] {
   Status st = runtime::register_backend({
       .name = "cpu",
-      .priority = 0,
+      .priority = runtime::k_priority_cpu,
       .is_available = [] { return true; },
       .create = []() -> Result<std::unique_ptr<runtime::Accelerator>> {
         return std::unique_ptr<runtime::Accelerator>(std::make_unique<CpuAccelerator>());

@@ -28,14 +28,23 @@ class CpuAccelerator final : public runtime::Accelerator {
   std::string_view name() const override { return "cpu"; }
   int device_count() const override { return 1; }
   std::string device_name(int device) const override;
+  Status synchronize() override;
   std::string native_target() const override;
   Status can_load(std::string_view kind, std::string_view target) const override;
+  Status supports(runtime::Capability c) const override;
+  std::string_view communication_backend() const override { return "gloo"; }
+  std::vector<std::string> environment_prefixes() const override;
+  std::vector<runtime::DType> supported_dtypes() const override;
 
   Result<void*> allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
   Status copy(void* dst, const void* src, size_t bytes) override;
-  Result<void*> allocate_host(size_t bytes) override { return allocate(bytes); }
-  void deallocate_host(void* ptr) override { deallocate(ptr); }
+  Status memset(void* dst, int value, size_t bytes) override;
+  // Ordinary host memory: the device is the host, so no copy needs it page-locked.
+  Result<void*> allocate_host(size_t bytes) override;
+  void deallocate_host(void* ptr) override;
+  bool is_pinned(const void* ptr) const override { return false; }
+  bool on_accelerator(const void* ptr) const override { return m_memory.contains(ptr); }
   runtime::MemoryStats memory_stats() const override;
   void reset_peak_memory() override { m_memory.reset_peak(); }
 
@@ -47,6 +56,7 @@ class CpuAccelerator final : public runtime::Accelerator {
 
  private:
   std::unique_ptr<WorkerPool> m_pool;
+  CpuStreamList m_streams;  // before the default stream, which unregisters from it
   runtime::MemoryTracker m_memory;
   std::once_flag m_default_once;
   std::unique_ptr<CpuStream> m_default_stream;

@@ -1,5 +1,5 @@
-// A host shared object loaded from bytes: written to a memfd and opened with dlopen, so a
-// cached artifact never needs a file of its own on disk. Maps to CUmodule.
+// CPU modules: a host shared object (runtime::HostObject, loaded from bytes through a memfd)
+// and its kiln_entry_<name> entry points. Maps to CUmodule.
 #pragma once
 
 #include <map>
@@ -8,6 +8,7 @@
 
 #include "backends/cpu/cpu_stream.h"
 #include "runtime/accelerator.h"
+#include "runtime/host_object.h"
 
 namespace kiln::backends::cpu {
 
@@ -31,8 +32,7 @@ class CpuModule final : public runtime::Module {
 
  private:
   CpuModule() = default;
-  void* m_handle = nullptr;
-  int m_fd = -1;
+  std::unique_ptr<runtime::HostObject> m_object;
   std::string m_label;
   std::map<std::string, std::unique_ptr<CpuKernel>, std::less<>> m_kernels;
 };

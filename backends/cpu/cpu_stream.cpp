@@ -62,9 +62,16 @@ void CpuEvent::wait_for(uint64_t ticket) {
 
 // ---- streams
 
-CpuStream::CpuStream(WorkerPool& pool) : m_pool(pool) {}
+CpuStream::CpuStream(WorkerPool& pool, CpuStreamList& list) : m_pool(pool), m_list(list) {
+  std::lock_guard lock(m_list.mutex);
+  m_list.streams.push_back(this);
+}
 
 CpuStream::~CpuStream() {
+  {
+    std::lock_guard lock(m_list.mutex);
+    std::erase(m_list.streams, this);
+  }
   {
     std::lock_guard lock(m_mutex);
     m_stop = true;
@@ -92,7 +99,10 @@ void CpuStream::serve() {
     if (m_head == m_tail) return;  // stopping with nothing queued
     Command& c = m_ring[m_head % k_ring_size];
     lock.unlock();
-    execute(c);  // the slot stays reserved until m_head moves
+    void* params[k_max_params];
+    if (c.op == Op::kLaunch)
+      for (size_t i = 0; i < c.num_params; ++i) params[i] = c.arg_bytes.data() + c.offsets[i];
+    execute(c, params);  // the slot stays reserved until m_head moves
     lock.lock();
     ++m_head;
     ++m_completed;
@@ -120,11 +130,9 @@ void run_block(void* context, uint64_t index) {
 }
 }  // namespace
 
-void CpuStream::execute(Command& c) {
+void CpuStream::execute(const Command& c, void* const* params) {
   switch (c.op) {
     case Op::kLaunch: {
-      void* params[k_max_params];
-      for (size_t i = 0; i < c.num_params; ++i) params[i] = c.arg_bytes.data() + c.offsets[i];
       LaunchContext ctx{c.entry, c.grid, c.block, params};
       m_pool.run(c.grid.count(), run_block, &ctx);
       break;
@@ -133,19 +141,12 @@ void CpuStream::execute(Command& c) {
     case Op::kMemset: std::memset(c.dst, c.value, c.bytes); break;
     case Op::kRecord: c.event->complete(c.ticket); break;
     case Op::kWait: c.event->wait_for(c.ticket); break;
+    case Op::kGraph: c.graph->replay(*this); break;
   }
 }
 
-Status CpuStream::launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig, runtime::Dim3 grid,
-                         runtime::Dim3 block, const void* const* args, size_t num_args) {
-  if (num_args != sig.param_sizes.size())
-    return invalid_argument("kernel " + sig.name + " takes " + std::to_string(sig.param_sizes.size()) +
-                            " arguments, launch passed " + std::to_string(num_args));
-  if (grid.count() == 0 || block.count() == 0)
-    return invalid_argument("kernel " + sig.name + ": grid and block dimensions must be at least 1");
-  if (num_args > k_max_params) return invalid_argument("kernel " + sig.name + ": too many parameters");
-  std::unique_lock lock(m_mutex);
-  Command& c = reserve(lock);
+Status CpuStream::pack_launch(Command& c, kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig,
+                              runtime::Dim3 grid, runtime::Dim3 block, const void* const* args, size_t num_args) {
   size_t offset = 0;
   for (size_t i = 0; i < num_args; ++i) {
     size_t size = sig.param_sizes[i];
@@ -162,36 +163,75 @@ Status CpuStream::launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature
   c.grid = grid;
   c.block = block;
   c.num_params = static_cast<uint16_t>(num_args);
+  return {};
+}
+
+Status CpuStream::launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig, runtime::Dim3 grid,
+                         runtime::Dim3 block, const void* const* args, size_t num_args) {
+  if (num_args != sig.param_sizes.size())
+    return invalid_argument("kernel " + sig.name + " takes " + std::to_string(sig.param_sizes.size()) +
+                            " arguments, launch passed " + std::to_string(num_args));
+  if (grid.count() == 0 || block.count() == 0)
+    return invalid_argument("kernel " + sig.name + ": grid and block dimensions must be at least 1");
+  if (num_args > k_max_params) return invalid_argument("kernel " + sig.name + ": too many parameters");
+  std::unique_lock lock(m_mutex);
+  if (m_capturing) {
+    Command c{};
+    KILN_RETURN_IF_ERROR(pack_launch(c, entry, sig, grid, block, args, num_args));
+    m_captured.push_back(c);
+    return {};
+  }
+  Command& c = reserve(lock);
+  // A failed pack leaves the reserved slot unpublished: the next reserve reuses it.
+  KILN_RETURN_IF_ERROR(pack_launch(c, entry, sig, grid, block, args, num_args));
+  publish(lock);
+  return {};
+}
+
+template <typename Fill>
+Status CpuStream::submit_or_capture(Fill&& fill) {
+  std::unique_lock lock(m_mutex);
+  if (m_capturing) {
+    Command c{};
+    fill(c);
+    m_captured.push_back(c);
+    return {};
+  }
+  fill(reserve(lock));
   publish(lock);
   return {};
 }
 
 Status CpuStream::copy_async(void* dst, const void* src, size_t bytes) {
-  std::unique_lock lock(m_mutex);
-  Command& c = reserve(lock);
-  c.op = Op::kCopy;
-  c.dst = dst;
-  c.src = src;
-  c.bytes = bytes;
-  publish(lock);
-  return {};
+  return submit_or_capture([&](Command& c) {
+    c.op = Op::kCopy;
+    c.dst = dst;
+    c.src = src;
+    c.bytes = bytes;
+  });
 }
 
 Status CpuStream::memset_async(void* dst, int value, size_t bytes) {
-  std::unique_lock lock(m_mutex);
-  Command& c = reserve(lock);
-  c.op = Op::kMemset;
-  c.dst = dst;
-  c.value = value;
-  c.bytes = bytes;
-  publish(lock);
-  return {};
+  return submit_or_capture([&](Command& c) {
+    c.op = Op::kMemset;
+    c.dst = dst;
+    c.value = value;
+    c.bytes = bytes;
+  });
+}
+
+Status CpuStream::refuse_while_capturing(const char* what) const {
+  if (!m_capturing) return {};
+  return unavailable(std::string("cpu: ") + what +
+                     " on a stream that is capturing a graph is not supported (the cpu backend captures "
+                     "launches, copies and memsets only)");
 }
 
 Status CpuStream::record(runtime::Event& event) {
   auto* e = dynamic_cast<CpuEvent*>(&event);
   if (!e) return invalid_argument("record: the event belongs to another accelerator");
   std::unique_lock lock(m_mutex);
+  KILN_RETURN_IF_ERROR(refuse_while_capturing("recording an event"));
   Command& c = reserve(lock);
   c.op = Op::kRecord;
   c.event = e;
@@ -206,6 +246,7 @@ Status CpuStream::wait(runtime::Event& event) {
   // Waits for the latest record made before this call, as cuStreamWaitEvent does.
   uint64_t ticket = e->last_recorded();
   std::unique_lock lock(m_mutex);
+  KILN_RETURN_IF_ERROR(refuse_while_capturing("waiting for an event"));
   Command& c = reserve(lock);
   c.op = Op::kWait;
   c.event = e;
@@ -216,9 +257,73 @@ Status CpuStream::wait(runtime::Event& event) {
 
 Status CpuStream::synchronize() {
   std::unique_lock lock(m_mutex);
+  KILN_RETURN_IF_ERROR(refuse_while_capturing("synchronize"));
   uint64_t target = m_tail;
   m_drained.wait(lock, [&] { return m_completed >= target; });
   return {};
+}
+
+bool CpuStream::query() {
+  std::lock_guard lock(m_mutex);
+  return m_completed >= m_tail;
+}
+
+Status CpuStream::begin_capture() {
+  std::lock_guard lock(m_mutex);
+  if (m_capturing) return invalid_argument("begin_capture: the stream is already capturing");
+  m_capturing = true;
+  m_captured.clear();
+  return {};
+}
+
+Result<std::unique_ptr<runtime::Graph>> CpuStream::end_capture() {
+  std::lock_guard lock(m_mutex);
+  if (!m_capturing) return invalid_argument("end_capture: the stream is not capturing (call begin_capture first)");
+  m_capturing = false;
+  return std::unique_ptr<runtime::Graph>(new CpuGraph(std::exchange(m_captured, {})));
+}
+
+Status CpuStream::launch_graph(CpuGraph& graph) {
+  std::unique_lock lock(m_mutex);
+  if (m_capturing) return unavailable("cpu: launching a graph into a stream that is capturing is not supported");
+  {
+    std::lock_guard g(graph.m_mutex);
+    ++graph.m_in_flight;
+  }
+  Command& c = reserve(lock);
+  c.op = Op::kGraph;
+  c.graph = &graph;
+  publish(lock);
+  return {};
+}
+
+// ---- graphs
+
+CpuGraph::CpuGraph(std::vector<CpuStream::Command> nodes) : m_nodes(std::move(nodes)), m_params(m_nodes.size()) {
+  // Resolve each launch's parameter pointers once; replays only call.
+  for (size_t n = 0; n < m_nodes.size(); ++n)
+    for (size_t i = 0; i < m_nodes[n].num_params && m_nodes[n].op == CpuStream::Op::kLaunch; ++i)
+      m_params[n][i] = m_nodes[n].arg_bytes.data() + m_nodes[n].offsets[i];
+}
+
+CpuGraph::~CpuGraph() {
+  std::unique_lock lock(m_mutex);
+  m_idle.wait(lock, [&] { return m_in_flight == 0; });
+}
+
+Status CpuGraph::launch(runtime::Stream& stream) {
+  auto* s = dynamic_cast<CpuStream*>(&stream);
+  if (!s) return invalid_argument("graph launch: the stream belongs to another accelerator");
+  return s->launch_graph(*this);
+}
+
+void CpuGraph::replay(CpuStream& stream) {
+  for (size_t n = 0; n < m_nodes.size(); ++n) stream.execute(m_nodes[n], m_params[n].data());
+  {
+    std::lock_guard lock(m_mutex);
+    --m_in_flight;
+  }
+  m_idle.notify_all();
 }
 
 }  // namespace kiln::backends::cpu

@@ -3,6 +3,12 @@
 // A CpuStream is an in-order queue served by its own thread (started on first use). Its
 // commands live in a fixed ring with the launch arguments stored inline, so queueing a
 // launch allocates nothing. Maps to CUstream; CpuEvent maps to CUevent.
+//
+// Graphs: between begin_capture() and end_capture() a stream records launches, copies and
+// memsets instead of queueing them. The CpuGraph that comes back holds those commands with
+// each launch's parameter pointers already resolved; launching it queues one command that
+// runs them all on the stream's thread: one hand-off between threads instead of one per
+// launch. Maps to CUgraphExec.
 #pragma once
 
 #include <array>
@@ -11,6 +17,7 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "backends/cpu/worker_pool.h"
 #include "kiln/cpu_kernel.h"
@@ -43,9 +50,18 @@ class CpuEvent final : public runtime::Event {
 inline constexpr size_t k_max_arg_bytes = 512;
 inline constexpr size_t k_max_params = 64;
 
+class CpuGraph;
+class CpuStream;
+
+// The live streams of one accelerator, so Accelerator::synchronize can wait for all of them.
+struct CpuStreamList {
+  std::mutex mutex;
+  std::vector<CpuStream*> streams;
+};
+
 class CpuStream final : public runtime::Stream {
  public:
-  explicit CpuStream(WorkerPool& pool);
+  CpuStream(WorkerPool& pool, CpuStreamList& list);
   ~CpuStream() override;
 
   Status copy_async(void* dst, const void* src, size_t bytes) override;
@@ -53,12 +69,17 @@ class CpuStream final : public runtime::Stream {
   Status record(runtime::Event& event) override;
   Status wait(runtime::Event& event) override;
   Status synchronize() override;
+  bool query() override;
+  Status begin_capture() override;
+  Result<std::unique_ptr<runtime::Graph>> end_capture() override;
 
   Status launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig, runtime::Dim3 grid,
                 runtime::Dim3 block, const void* const* args, size_t num_args);
 
  private:
-  enum class Op : uint8_t { kLaunch, kCopy, kMemset, kRecord, kWait };
+  Status launch_graph(CpuGraph& graph);
+
+  enum class Op : uint8_t { kLaunch, kCopy, kMemset, kRecord, kWait, kGraph };
   struct Command {
     Op op;
     // launch
@@ -75,14 +96,25 @@ class CpuStream final : public runtime::Stream {
     // record / wait
     CpuEvent* event;
     uint64_t ticket;
+    // graph
+    CpuGraph* graph;
   };
+  // Runs one command on the calling thread; `params` (launches only) holds k_max_params slots.
+  void execute(const Command& c, void* const* resolved_params);
+  // Fills a launch command's argument bytes; errors leave `c` unusable.
+  static Status pack_launch(Command& c, kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig,
+                            runtime::Dim3 grid, runtime::Dim3 block, const void* const* args, size_t num_args);
   static constexpr size_t k_ring_size = 256;
 
   // Reserves the next slot (waiting while the ring is full); fill it, then publish().
   Command& reserve(std::unique_lock<std::mutex>& lock);
   void publish(std::unique_lock<std::mutex>& lock);
   void serve();
-  void execute(Command& c);
+  // Fills a command in the ring, or in the capture while capturing.
+  template <typename Fill>
+  Status submit_or_capture(Fill&& fill);
+  // Under m_mutex while capturing: the command goes to the capture, not the ring.
+  Status refuse_while_capturing(const char* what) const;
 
   WorkerPool& m_pool;
   std::mutex m_mutex;
@@ -92,7 +124,32 @@ class CpuStream final : public runtime::Stream {
   uint64_t m_tail = 0;  // next free
   uint64_t m_completed = 0;
   bool m_stop = false;
+  bool m_capturing = false;
+  std::vector<Command> m_captured;
+  CpuStreamList& m_list;
   std::thread m_thread;
+
+  friend class CpuGraph;
+};
+
+class CpuGraph final : public runtime::Graph {
+ public:
+  ~CpuGraph() override;
+  Status launch(runtime::Stream& stream) override;
+  size_t node_count() const { return m_nodes.size(); }
+
+ private:
+  friend class CpuStream;
+  explicit CpuGraph(std::vector<CpuStream::Command> nodes);
+  // Called on a stream's thread.
+  void replay(CpuStream& stream);
+
+  std::vector<CpuStream::Command> m_nodes;
+  std::vector<std::array<void*, k_max_params>> m_params;  // per node, resolved once
+  // Replays queued and not yet finished: the destructor waits for them.
+  std::mutex m_mutex;
+  std::condition_variable m_idle;
+  uint64_t m_in_flight = 0;
 };
 
 }  // namespace kiln::backends::cpu

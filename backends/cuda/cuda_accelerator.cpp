@@ -1,6 +1,14 @@
 #include "backends/cuda/cuda_accelerator.h"
 
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <map>
+
+#include "backends/cuda/nvtx.h"
 
 #include "runtime/registry.h"
 #include "support/cuda_module_format.h"
@@ -94,6 +102,7 @@ class CudaStream final : public runtime::Stream {
     KILN_CU_CHECK(m_acc.drv(), cuStreamSynchronize(m_stream), "stream synchronize");
     return {};
   }
+  bool query() override { return m_acc.bind().ok() && m_acc.drv().cuStreamQuery(m_stream) == 0; }
   Status begin_capture() override {
     KILN_RETURN_IF_ERROR(m_acc.bind());
     // Thread-local mode: other threads' unrelated CUDA calls do not break this capture.
@@ -201,6 +210,7 @@ Result<std::unique_ptr<CudaAccelerator>> CudaAccelerator::create(int device) {
   KILN_CU_CHECK(*d, cuDeviceGetAttribute(&major, k_attr_cc_major, acc->m_device), "compute capability");
   KILN_CU_CHECK(*d, cuDeviceGetAttribute(&minor, k_attr_cc_minor, acc->m_device), "compute capability");
   acc->m_sm = major * 10 + minor;
+  acc->m_device_index = device;
   KILN_CU_CHECK(*d, cuDevicePrimaryCtxRetain(&acc->m_context, acc->m_device), "retain the primary context");
   return acc;
 }
@@ -243,11 +253,101 @@ Status CudaAccelerator::can_load(std::string_view kind, std::string_view target)
   return {};
 }
 
+Status CudaAccelerator::synchronize() {
+  KILN_RETURN_IF_ERROR(bind());
+  KILN_CU_CHECK(*m_driver, cuCtxSynchronize(), "synchronize the device");
+  return {};
+}
+
+Status CudaAccelerator::supports(runtime::Capability c) const {
+  using runtime::Capability;
+  switch (c) {
+    case Capability::kMultiDevice:
+      return unavailable("cuda: kiln drives one GPU per process (the first visible one); start one process per GPU "
+                         "with CUDA_VISIBLE_DEVICES, as launchers do");
+    case Capability::kPinnedMemory:
+    case Capability::kEventTiming:
+    case Capability::kGraphs:
+    case Capability::kGraphEvents:
+      return {};
+    case Capability::kExternalProfiler: {
+      auto n = nvtx();
+      return n.ok() ? Status{} : n.status();
+    }
+    case Capability::kFloat16:
+      if (m_sm >= 53) return {};
+      return unavailable("cuda: float16 arithmetic needs sm_53 or newer, this GPU is sm_" + std::to_string(m_sm));
+    case Capability::kBFloat16:
+      if (m_sm >= 80) return {};
+      return unavailable("cuda: bfloat16 arithmetic needs sm_80 or newer, this GPU is sm_" + std::to_string(m_sm));
+  }
+  return invalid_argument("unknown capability");
+}
+
+std::vector<std::string> CudaAccelerator::environment_prefixes() const {
+  return {"KILN_", "CUDA_", "NCCL_", "NVIDIA_", "MASTER_ADDR", "MASTER_PORT"};
+}
+
+std::vector<runtime::DType> CudaAccelerator::supported_dtypes() const {
+  std::vector<runtime::DType> out;
+  for (auto t : runtime::k_all_dtypes) {
+    if (t == runtime::DType::kFloat16 && !supports(runtime::Capability::kFloat16).ok()) continue;
+    if (t == runtime::DType::kBFloat16 && !supports(runtime::Capability::kBFloat16).ok()) continue;
+    out.push_back(t);
+  }
+  return out;
+}
+
+void CudaAccelerator::profiler_push(const std::string& name) {
+  if (auto n = nvtx(); n.ok()) (*n)->range_push(name.c_str());
+}
+
+void CudaAccelerator::profiler_pop() {
+  if (auto n = nvtx(); n.ok()) (*n)->range_pop();
+}
+
+Status CudaAccelerator::memset(void* dst, int value, size_t bytes) {
+  KILN_RETURN_IF_ERROR(bind());
+  KILN_CU_CHECK(*m_driver, cuMemsetD8_v2(dptr(dst), static_cast<unsigned char>(value), bytes), "memset");
+  return {};
+}
+
+bool CudaAccelerator::is_pinned(const void* ptr) const {
+  unsigned flags = 0;
+  return ptr && bind().ok() && m_driver->cuMemHostGetFlags(&flags, const_cast<void*>(ptr)) == 0;
+}
+
+bool CudaAccelerator::on_accelerator(const void* ptr) const {
+  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2) -> CU_MEMORYTYPE_DEVICE (2); also true for memory
+  // other libraries allocated on this GPU.
+  unsigned type = 0;
+  return ptr && bind().ok() && m_driver->cuPointerGetAttribute(&type, 2, dptr(ptr)) == 0 && type == 2;
+}
+
+bool CudaAccelerator::present_without_initialising() {
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && (!*v || v[0] == '-')) return false;
+  bool gpu = false;
+  if (DIR* d = ::opendir("/proc/driver/nvidia/gpus")) {
+    while (dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') gpu = true;
+    ::closedir(d);
+  }
+  struct stat st{};
+  if (!gpu) gpu = ::stat("/dev/nvidia0", &st) == 0;
+  if (!gpu) return false;
+  // Loading the library runs no cuInit; driver() loads it again when a backend is created.
+  void* h = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!h) return false;
+  ::dlclose(h);
+  return true;
+}
+
 Result<void*> CudaAccelerator::allocate(size_t bytes) {
   KILN_RETURN_IF_ERROR(bind());
   DevicePtr p = 0;
   KILN_CU_CHECK(*m_driver, cuMemAlloc_v2(&p, bytes ? bytes : 1), "allocate " + std::to_string(bytes) + " bytes");
-  m_memory.on_allocate(reinterpret_cast<void*>(p), bytes);
+  // cuMemAlloc hands out whole 512-byte-aligned pieces; count what it reserves that way.
+  m_memory.on_allocate(reinterpret_cast<void*>(p), bytes, (std::max<size_t>(bytes, 1) + 511) / 512 * 512);
   return reinterpret_cast<void*>(p);
 }
 
@@ -269,8 +369,7 @@ void CudaAccelerator::deallocate_host(void* ptr) {
 
 runtime::MemoryStats CudaAccelerator::memory_stats() const {
   runtime::MemoryStats s;
-  s.allocated = m_memory.allocated();
-  s.max_allocated = m_memory.peak();
+  m_memory.fill(s);
   size_t free = 0, total = 0;
   if (bind().ok() && m_driver->cuMemGetInfo_v2(&free, &total) == 0) {
     s.total = total;
@@ -332,13 +431,9 @@ namespace {
 const bool k_registered = [] {
   Status st = runtime::register_backend({
       .name = "cuda",
-      .priority = 100,
-      // Loads and initialises the driver (no context): enough to know a GPU is there.
-      .is_available = [] {
-        auto d = driver();
-        int n = 0;
-        return d.ok() && (*d)->cuDeviceGetCount(&n) == 0 && n > 0;
-      },
+      .priority = runtime::k_priority_cuda,
+      // No cuInit here: a process that forks after asking must still get CUDA in the child.
+      .is_available = [] { return CudaAccelerator::present_without_initialising(); },
       .create = []() -> Result<std::unique_ptr<runtime::Accelerator>> {
         auto acc = CudaAccelerator::create(0);
         if (!acc.ok()) return acc.status();

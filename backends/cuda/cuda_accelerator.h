@@ -24,14 +24,23 @@ class CudaAccelerator final : public runtime::Accelerator {
   std::string_view name() const override { return "cuda"; }
   int device_count() const override;
   std::string device_name(int device) const override;
+  int current_device() const override { return m_device_index; }
+  Status synchronize() override;
   std::string native_target() const override { return "cuda:sm_" + std::to_string(m_sm); }
   Status can_load(std::string_view kind, std::string_view target) const override;
+  Status supports(runtime::Capability c) const override;
+  std::string_view communication_backend() const override { return "nccl"; }
+  std::vector<std::string> environment_prefixes() const override;
+  std::vector<runtime::DType> supported_dtypes() const override;
 
   Result<void*> allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
   Status copy(void* dst, const void* src, size_t bytes) override;
+  Status memset(void* dst, int value, size_t bytes) override;
   Result<void*> allocate_host(size_t bytes) override;
   void deallocate_host(void* ptr) override;
+  bool is_pinned(const void* ptr) const override;
+  bool on_accelerator(const void* ptr) const override;
   runtime::MemoryStats memory_stats() const override;
   void reset_peak_memory() override { m_memory.reset_peak(); }
 
@@ -45,10 +54,20 @@ class CudaAccelerator final : public runtime::Accelerator {
   const Driver& drv() const { return *m_driver; }
   int sm() const { return m_sm; }
 
+  // Whether a CUDA GPU is visible, learnt without cuInit (which would keep a process that
+  // forks afterwards from using CUDA in the child): CUDA_VISIBLE_DEVICES, the driver's
+  // /proc entries or device nodes, and libcuda.so.1 being loadable.
+  static bool present_without_initialising();
+
+ protected:
+  void profiler_push(const std::string& name) override;
+  void profiler_pop() override;
+
  private:
   CudaAccelerator() = default;
   const Driver* m_driver = nullptr;
-  int m_device = 0;
+  int m_device = 0;        // CUdevice
+  int m_device_index = 0;  // its ordinal among the visible devices
   int m_sm = 0;
   void* m_context = nullptr;
   runtime::MemoryTracker m_memory;

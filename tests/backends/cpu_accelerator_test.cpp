@@ -138,13 +138,6 @@ TEST(CpuAcceleratorTest, MemoryStatsFollowAllocationsAndTheirPeak) {
   EXPECT_EQ(acc.memory_stats().allocated, 0u);
 }
 
-TEST(CpuAcceleratorTest, CapturingAGraphIsRefusedUntilTheCpuHasGraphs) {
-  CpuAccelerator acc;
-  auto stream = acc.create_stream().value();
-  Status st = stream->begin_capture();
-  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
-}
-
 TEST(CpuAcceleratorTest, BytesThatAreNotASharedObjectFailToLoadWithAReason) {
   CpuAccelerator acc;
   std::string junk = "definitely not ELF";

@@ -1,0 +1,391 @@
+// The accelerator conformance suite: one set of tests that every registered backend runs,
+// the built-in ones (cpu here; cuda where a GPU is) and the inline-cpu plug-in built in this
+// test suite (loaded through KILN_PLUGINS). Adding a backend means passing it. A backend that
+// is registered but not available here is skipped with its reason; a capability a backend
+// says it lacks is checked to be refused cleanly instead of exercised.
+//
+// CTest names: conformance/AcceleratorConformance.<Test>/<backend>.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "builders/ops.h"
+#include "builders/self_check.h"
+#include "kiln/philox.h"
+#include "runtime/registry.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+// Every registered backend, the test plug-in included. Called by GoogleTest when it
+// registers the tests (after static initialisation, so every built-in backend is there).
+std::vector<std::string> backends_under_test() {
+  if (!std::getenv("KILN_PLUGINS")) ::setenv("KILN_PLUGINS", KILN_TEST_PLUGIN, 1);
+  auto names = runtime::registered_backends();
+  for (auto& e : runtime::plugin_errors()) ADD_FAILURE() << e;
+  for (auto& n : names)
+    for (auto& c : n)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';  // GoogleTest parameter names
+  return names;
+}
+
+std::string backend_name(const std::string& param) {
+  for (auto& n : runtime::registered_backends()) {
+    std::string mangled = n;
+    for (auto& c : mangled)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    if (mangled == param) return n;
+  }
+  return param;
+}
+
+class AcceleratorConformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    name = backend_name(GetParam());
+    auto a = runtime::get_accelerator(name);
+    if (!a.ok()) GTEST_SKIP() << name << " is registered but not available here: " << a.status().message();
+    acc = *a;
+  }
+
+  // Ops on this backend, compiling into a cache under the build tree shared by every test
+  // process (a content-addressed cache: sharing it is what it is for).
+  builders::Ops& ops() {
+    if (!m_ops) {
+      builders::OpsOptions o;
+      o.cache_dir = KILN_CONFORMANCE_CACHE;
+      o.spec_dirs = {testing::bundled_spec_dir()};
+      o.accelerator = name;
+      auto made = builders::Ops::create(o);
+      EXPECT_TRUE(made.ok()) << made.status().message();
+      m_ops = std::move(made).value();
+    }
+    return *m_ops;
+  }
+
+  // Device buffers of n floats, freed at the end of the test.
+  float* device_floats(size_t n) {
+    auto p = acc->allocate(n * sizeof(float));
+    EXPECT_TRUE(p.ok()) << p.status().message();
+    m_buffers.push_back(*p);
+    return static_cast<float*>(*p);
+  }
+  void TearDown() override {
+    if (acc)
+      for (void* p : m_buffers) acc->deallocate(p);
+  }
+  std::vector<float> read(const float* device, size_t n) {
+    std::vector<float> out(n);
+    EXPECT_TRUE(acc->copy(out.data(), device, n * sizeof(float)).ok());
+    return out;
+  }
+  void write(float* device, const std::vector<float>& host) {
+    ASSERT_TRUE(acc->copy(device, host.data(), host.size() * sizeof(float)).ok());
+  }
+
+  std::string name;
+  runtime::Accelerator* acc = nullptr;
+
+ private:
+  std::unique_ptr<builders::Ops> m_ops;
+  std::vector<void*> m_buffers;
+};
+
+// A refusal is kUnavailable with a reason, never a crash or an empty message.
+void expect_clean_refusal(const Status& st, const std::string& what) {
+  if (st.ok()) return;
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << what << ": " << st.message();
+  EXPECT_FALSE(st.message().empty()) << what;
+}
+
+TEST_P(AcceleratorConformance, DevicesAreCountedNamedAndSelected) {
+  EXPECT_EQ(acc->name(), name);
+  ASSERT_GE(acc->device_count(), 1);
+  for (int d = 0; d < acc->device_count(); ++d) EXPECT_FALSE(acc->device_name(d).empty());
+  int current = acc->current_device();
+  EXPECT_GE(current, 0);
+  EXPECT_LT(current, acc->device_count());
+  EXPECT_TRUE(acc->set_device(current).ok());
+  EXPECT_EQ(acc->set_device(-1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(acc->set_device(acc->device_count()).code(), StatusCode::kInvalidArgument);
+  if (acc->device_count() > 1 && !acc->supports(runtime::Capability::kMultiDevice).ok())
+    expect_clean_refusal(acc->set_device((current + 1) % acc->device_count()), "set_device");
+  EXPECT_TRUE(acc->synchronize().ok());
+  EXPECT_FALSE(acc->native_target().empty());
+  EXPECT_FALSE(acc->communication_backend().empty());
+}
+
+TEST_P(AcceleratorConformance, EveryCapabilityIsAnsweredAndDtypesAgreeWithIt) {
+  for (auto c : runtime::k_all_capabilities) expect_clean_refusal(acc->supports(c), std::string(runtime::capability_name(c)));
+  auto dtypes = acc->supported_dtypes();
+  auto has = [&](runtime::DType t) { return std::find(dtypes.begin(), dtypes.end(), t) != dtypes.end(); };
+  EXPECT_TRUE(has(runtime::DType::kFloat32));
+  EXPECT_TRUE(has(runtime::DType::kInt32));
+  EXPECT_EQ(acc->is_fp16_supported(), has(runtime::DType::kFloat16));
+  EXPECT_EQ(acc->is_bf16_supported(), has(runtime::DType::kBFloat16));
+  for (auto t : dtypes) EXPECT_GT(runtime::dtype_size(t), 0u) << runtime::dtype_name(t);
+}
+
+TEST_P(AcceleratorConformance, MemoryRoundTripsAndIsCounted) {
+  acc->reset_peak_memory();
+  auto before = acc->memory_stats();
+  constexpr size_t n = 1 << 16;
+  auto allocated = acc->allocate(n * sizeof(float));
+  ASSERT_TRUE(allocated.ok()) << allocated.status().message();
+  float* d = static_cast<float*>(*allocated);
+  auto during = acc->memory_stats();
+  EXPECT_EQ(during.allocated, before.allocated + n * sizeof(float));
+  EXPECT_GE(during.reserved, during.allocated);
+  EXPECT_GE(during.max_allocated, during.allocated);
+  EXPECT_GE(during.max_reserved, during.reserved);
+  EXPECT_GT(during.total, 0u);
+  EXPECT_LE(during.available, during.total);
+  EXPECT_TRUE(acc->on_accelerator(d));
+  EXPECT_TRUE(acc->on_accelerator(d + n / 2));
+  int on_stack = 0;
+  EXPECT_FALSE(acc->on_accelerator(&on_stack));
+
+  ASSERT_TRUE(acc->memset(d, 0, n * sizeof(float)).ok());
+  EXPECT_EQ(read(d, n), std::vector<float>(n, 0.0f));
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i) * 0.5f;
+  write(d, host);
+  EXPECT_EQ(read(d, n), host);
+
+  acc->deallocate(d);
+  auto after = acc->memory_stats();
+  EXPECT_EQ(after.allocated, before.allocated);
+  EXPECT_GE(after.max_allocated, before.allocated + n * sizeof(float));
+  acc->reset_peak_memory();
+  EXPECT_EQ(acc->memory_stats().max_allocated, after.allocated);
+}
+
+TEST_P(AcceleratorConformance, HostMemoryIsPinnedExactlyWhenTheBackendSaysSo) {
+  auto h = acc->allocate_host(4096);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_EQ(acc->is_pinned(*h), acc->supports(runtime::Capability::kPinnedMemory).ok());
+  EXPECT_FALSE(acc->on_accelerator(*h) && acc->is_pinned(*h));
+  std::vector<char> ordinary(64);
+  EXPECT_FALSE(acc->is_pinned(ordinary.data()));
+  std::memset(*h, 7, 4096);  // the host can write it
+  acc->deallocate_host(*h);
+}
+
+TEST_P(AcceleratorConformance, StreamsRunTheirWorkInOrder) {
+  constexpr size_t n = 1 << 15;
+  float* a = device_floats(n);
+  float* b = device_floats(n);
+  auto s = acc->create_stream();
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  std::vector<float> host(n, 3.0f);
+  write(a, host);
+  // memset b, copy a->b, memset a: only in order does b end as 3s and a as 0s.
+  ASSERT_TRUE((*s)->memset_async(b, 0xff, n * sizeof(float)).ok());
+  ASSERT_TRUE((*s)->copy_async(b, a, n * sizeof(float)).ok());
+  ASSERT_TRUE((*s)->memset_async(a, 0, n * sizeof(float)).ok());
+  ASSERT_TRUE((*s)->synchronize().ok());
+  EXPECT_TRUE((*s)->query());
+  EXPECT_EQ(read(b, n), host);
+  EXPECT_EQ(read(a, n), std::vector<float>(n, 0.0f));
+}
+
+TEST_P(AcceleratorConformance, EventsOrderWorkAcrossStreamsAndTimeIt) {
+  constexpr size_t n = 1 << 20;
+  float* a = device_floats(n);
+  float* b = device_floats(n);
+  write(a, std::vector<float>(n, 1.5f));
+  auto s1 = acc->create_stream();
+  auto s2 = acc->create_stream();
+  auto start = acc->create_event();
+  auto done = acc->create_event();
+  ASSERT_TRUE(s1.ok() && s2.ok() && start.ok() && done.ok());
+  EXPECT_TRUE((*done)->query());  // never recorded: complete
+  ASSERT_TRUE((*s1)->record(**start).ok());
+  ASSERT_TRUE((*s1)->copy_async(b, a, n * sizeof(float)).ok());
+  ASSERT_TRUE((*s1)->record(**done).ok());
+  ASSERT_TRUE((*s2)->wait(**done).ok());
+  ASSERT_TRUE((*s2)->memset_async(a, 0, n * sizeof(float)).ok());  // only after the copy
+  ASSERT_TRUE((*s2)->synchronize().ok());
+  ASSERT_TRUE((*done)->synchronize().ok());
+  EXPECT_TRUE((*done)->query());
+  EXPECT_EQ(read(b, n), std::vector<float>(n, 1.5f));
+  EXPECT_EQ(read(a, n), std::vector<float>(n, 0.0f));
+  auto ms = (*done)->elapsed_ms_since(**start);
+  if (acc->supports(runtime::Capability::kEventTiming).ok()) {
+    ASSERT_TRUE(ms.ok()) << ms.status().message();
+    EXPECT_GE(*ms, 0.0);
+  } else {
+    EXPECT_FALSE(ms.ok());
+  }
+}
+
+TEST_P(AcceleratorConformance, SynchronizeWaitsForEveryStream) {
+  constexpr size_t n = 1 << 22;
+  float* a = device_floats(n);
+  float* b = device_floats(n);
+  write(a, std::vector<float>(n, 2.0f));
+  auto s = acc->create_stream();
+  ASSERT_TRUE(s.ok());
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE((*s)->copy_async(b, a, n * sizeof(float)).ok());
+  ASSERT_TRUE(acc->default_stream().memset_async(a, 0, 4).ok());
+  ASSERT_TRUE(acc->synchronize().ok());
+  EXPECT_TRUE((*s)->query());
+  EXPECT_TRUE(acc->default_stream().query());
+}
+
+TEST_P(AcceleratorConformance, CurrentStreamIsPerThread) {
+  EXPECT_EQ(&acc->current_stream(), &acc->default_stream());
+  auto s = acc->create_stream();
+  ASSERT_TRUE(s.ok());
+  acc->set_current_stream(s->get());
+  EXPECT_EQ(&acc->current_stream(), s->get());
+  runtime::Stream* seen_by_other = nullptr;
+  std::thread([&] { seen_by_other = &acc->current_stream(); }).join();
+  EXPECT_EQ(seen_by_other, &acc->default_stream());
+  acc->set_current_stream(nullptr);
+  EXPECT_EQ(&acc->current_stream(), &acc->default_stream());
+}
+
+TEST_P(AcceleratorConformance, BundledOpsMatchTheirReferences) {
+  for (auto& [op_name, dims] : std::vector<std::pair<std::string, std::map<std::string, int64_t>>>{
+           {"vector_add", {{"n", 1}}}, {"vector_add", {{"n", 4099}}}, {"axpby", {{"n", 777}}},
+           {"row_softmax", {{"rows", 5}, {"cols", 300}}}, {"sum_reduce", {{"n", 10007}}}}) {
+    auto op = ops().get(op_name);
+    ASSERT_TRUE(op.ok()) << op.status().message();
+    EXPECT_EQ(&(*op)->accelerator(), acc);
+    auto report = builders::run_self_check(ops(), **op, {dims, 3});
+    ASSERT_TRUE(report.ok()) << op_name << ": " << report.status().message();
+    EXPECT_TRUE(report->passed) << op_name << ": " << report->message;
+  }
+}
+
+// vector_add launched by hand: z = x + y on a stream of our own.
+struct VectorAdd {
+  runtime::Kernel* kernel;
+  float *x, *y, *z;
+  int64_t n;
+  Status launch(runtime::Stream& s) const {
+    const void* args[] = {&x, &y, &z, &n};
+    uint32_t blocks = static_cast<uint32_t>((n + 255) / 256);
+    return kernel->launch(s, {blocks, 1, 1}, {256, 1, 1}, args, 4);
+  }
+};
+
+TEST_P(AcceleratorConformance, LaunchesCheckTheirArguments) {
+  auto op = ops().get("vector_add");
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  auto kernel = (*op)->kernel();
+  ASSERT_TRUE(kernel.ok());
+  EXPECT_EQ((*kernel)->signature().param_sizes.size(), 4u);
+  float* x = device_floats(4);
+  const void* args[] = {&x};
+  auto st = (*kernel)->launch(acc->default_stream(), {1, 1, 1}, {1, 1, 1}, args, 1);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  EXPECT_NE(st.message().find("takes 4 arguments"), std::string::npos) << st.message();
+  EXPECT_FALSE((*op)->kernel("no_such_kernel").ok());
+}
+
+TEST_P(AcceleratorConformance, CapturedGraphsReplayWithTheirArgumentsResolved) {
+  auto& s = acc->default_stream();
+  Status began = s.begin_capture();
+  if (!acc->supports(runtime::Capability::kGraphs).ok()) {
+    expect_clean_refusal(began, "begin_capture");
+    return;
+  }
+  ASSERT_TRUE(began.ok()) << began.message();
+  auto op = ops().get("vector_add");
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  constexpr int64_t n = 1000;
+  VectorAdd add{(*op)->kernel().value(), device_floats(n), device_floats(n), device_floats(n), n};
+  // Captured while the buffers hold anything at all: nothing runs until the graph does.
+  ASSERT_TRUE(add.launch(s).ok());
+  ASSERT_TRUE(s.copy_async(add.x, add.z, n * sizeof(float)).ok());  // x = x + y
+  auto graph = s.end_capture();
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+
+  write(add.x, std::vector<float>(n, 1.0f));
+  write(add.y, std::vector<float>(n, 2.0f));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*graph)->launch(s).ok());
+  ASSERT_TRUE(s.synchronize().ok());
+  EXPECT_EQ(read(add.x, n), std::vector<float>(n, 7.0f));  // 1 + 3 * 2
+
+  // On another stream too.
+  auto other = acc->create_stream();
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*graph)->launch(**other).ok());
+  ASSERT_TRUE((*other)->synchronize().ok());
+  EXPECT_EQ(read(add.x, n), std::vector<float>(n, 9.0f));
+
+  // A capture that was never begun cannot end.
+  EXPECT_FALSE(s.end_capture().ok());
+}
+
+TEST_P(AcceleratorConformance, RandomStateIsPerDeviceReproducibleAndAdvances) {
+  acc->manual_seed(1234);
+  EXPECT_EQ(acc->initial_seed(), 1234u);
+  EXPECT_EQ(acc->get_rng_state(), (runtime::RngState{1234, 0}));
+  auto first = acc->reserve_random(10);  // 10 values: 3 blocks of 4
+  auto second = acc->reserve_random(1);
+  EXPECT_EQ(first, (runtime::RngState{1234, 0}));
+  EXPECT_EQ(second, (runtime::RngState{1234, 3}));
+  auto saved = acc->get_rng_state();
+  auto a = acc->reserve_random(4);
+  acc->set_rng_state(saved);
+  EXPECT_EQ(acc->reserve_random(4), a);
+  acc->manual_seed_all(7);
+  EXPECT_EQ(acc->get_rng_state(), (runtime::RngState{7, 0}));
+  uint64_t s = acc->seed();
+  EXPECT_EQ(acc->initial_seed(), s);
+  // What a kernel draws from a state is a pure function of it (kiln/philox.h).
+  EXPECT_EQ(philox::draw_u32(7, 0, 5), philox::draw_u32(7, 0, 5));
+  EXPECT_NE(philox::draw_u32(7, 0, 5), philox::draw_u32(7, 1, 5));
+}
+
+TEST_P(AcceleratorConformance, ProfilingRangesNestPerThread) {
+  acc->range_push("outer");
+  acc->range_push("inner");
+  auto inner = acc->range_pop();
+  ASSERT_TRUE(inner.ok());
+  EXPECT_EQ(inner->first, "inner");
+  std::thread([&] { EXPECT_FALSE(acc->range_pop().ok()); }).join();  // another thread's stack is empty
+  auto outer = acc->range_pop();
+  ASSERT_TRUE(outer.ok());
+  EXPECT_EQ(outer->first, "outer");
+  EXPECT_GE(outer->second, inner->second);
+  auto none = acc->range_pop();
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_P(AcceleratorConformance, EnvironmentToExportHoldsTheBackendsVariables) {
+  auto prefixes = acc->environment_prefixes();
+  ASSERT_FALSE(prefixes.empty());
+  std::string var = prefixes.front() + (prefixes.front().back() == '_' ? "CONFORMANCE_PROBE" : "");
+  ::setenv(var.c_str(), "42", 1);
+  ::setenv("UNRELATED_CONFORMANCE_PROBE", "1", 1);
+  auto env = acc->environment_to_export();
+  EXPECT_NE(std::find(env.begin(), env.end(), std::make_pair(var, std::string("42"))), env.end());
+  for (auto& [k, v] : env) EXPECT_NE(k, "UNRELATED_CONFORMANCE_PROBE");
+  EXPECT_TRUE(std::is_sorted(env.begin(), env.end()));
+}
+
+TEST_P(AcceleratorConformance, ForeignBytesFailToLoadWithAReason) {
+  auto target = builders::parse_target(acc->native_target());
+  ASSERT_TRUE(target.ok()) << target.status().message();
+  std::string junk = "this is not a module";
+  runtime::ModuleImage image{builders::artifact_kind_for(*target), acc->native_target(), junk, {}, "junk"};
+  auto m = acc->load_module(image);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("junk"), std::string::npos) << m.status().message();
+  runtime::ModuleImage wrong{"no-such-kind", acc->native_target(), junk, {}, "junk"};
+  EXPECT_FALSE(acc->load_module(wrong).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(conformance, AcceleratorConformance, ::testing::ValuesIn(backends_under_test()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace kiln
