@@ -167,18 +167,40 @@ bool Ops::lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out) {
   return true;
 }
 
+Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
+  Inputs in;
+  KILN_ASSIGN_OR_RETURN(in.request, make_build_request(spec, target));
+  // NVRTC for CUDA unless the op (or KILN_CUDA_TOOLCHAIN) asks for Clang's NVPTX path.
+  in.nvrtc = target.backend == "cuda" && cuda_toolchain_for(spec) == "nvrtc";
+  KILN_ASSIGN_OR_RETURN(in.identity, in.nvrtc ? jit::nvrtc_toolchain_identity() : jit::clang_toolchain_identity());
+  if (target.backend == "cuda" && !in.nvrtc) in.identity += ";cuda-via-clang";
+  in.key = input_key(in.request, in.identity);
+  return in;
+}
+
+Result<std::optional<cache::ArtifactRecord>> Ops::cached_record(const OpSpec& spec, const Target& target) {
+  if (!m_store) return std::optional<cache::ArtifactRecord>();
+  KILN_ASSIGN_OR_RETURN(Inputs in, inputs_for(spec, target));
+  KILN_ASSIGN_OR_RETURN(std::optional<std::string> manifest_text, m_store->get_manifest(in.key.key));
+  if (!manifest_text) return std::optional<cache::ArtifactRecord>();
+  auto manifest = decode_manifest(*manifest_text);
+  if (!manifest.ok()) return std::optional<cache::ArtifactRecord>();
+  auto current = rehash_manifest(manifest.value(), spec);
+  if (!current) return std::optional<cache::ArtifactRecord>();
+  return m_store->record(artifact_key(in.key, *current).key);
+}
+
 Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   auto start = std::chrono::steady_clock::now();
   BuildOutcome out;
   out.op = spec.name;
   out.target = target.str();
-  KILN_ASSIGN_OR_RETURN(BuildRequest request, make_build_request(spec, target));
+  KILN_ASSIGN_OR_RETURN(Inputs in, inputs_for(spec, target));
+  BuildRequest& request = in.request;
+  const bool nvrtc = in.nvrtc;
+  const std::string& identity = in.identity;
+  const KeyParts& input = in.key;
   out.kernels = request.kernels;
-  // NVRTC for CUDA unless the op (or KILN_CUDA_TOOLCHAIN) asks for Clang's NVPTX path.
-  bool nvrtc = target.backend == "cuda" && cuda_toolchain_for(spec) == "nvrtc";
-  KILN_ASSIGN_OR_RETURN(std::string identity, nvrtc ? jit::nvrtc_toolchain_identity() : jit::clang_toolchain_identity());
-  if (target.backend == "cuda" && !nvrtc) identity += ";cuda-via-clang";
-  KeyParts input = input_key(request, identity);
   out.input_key = input.key;
   auto finish = [&]() -> Result<BuildOutcome> {
     out.total_ms = ms_since(start);

@@ -91,6 +91,10 @@ class Ops {
   // Result whose outcome has success == false and the diagnostics; nothing is cached then.
   Result<BuildOutcome> build(const OpSpec& spec, const Target& target);
 
+  // What the cache holds for (spec, target), from the index alone: nothing is compiled,
+  // loaded or counted as a hit (for `kiln doctor`). nullopt when nothing is cached.
+  Result<std::optional<cache::ArtifactRecord>> cached_record(const OpSpec& spec, const Target& target);
+
   Result<OpSpec> find_spec(const std::string& op) const;
   // The accelerator that runs a target: the chosen one when it matches, else by name.
   Result<runtime::Accelerator*> accelerator_for(const Target& target);
@@ -113,6 +117,15 @@ class Ops {
   bool lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out);
   // Prints `message` the first time a warning of this `kind` comes up in this Ops.
   void warn_once(const std::string& kind, const std::string& message);
+
+  // What build() knows before it looks anything up.
+  struct Inputs {
+    BuildRequest request;
+    bool nvrtc = false;
+    std::string identity;
+    KeyParts key;
+  };
+  Result<Inputs> inputs_for(const OpSpec& spec, const Target& target);
 
   struct Slot {
     std::mutex mutex;  // held by the one thread that builds; others wait on it

@@ -127,8 +127,10 @@ std::vector<BackendInfo> backend_infos() {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   std::vector<BackendInfo> out;
-  for (auto& [n, b] : r.backends)
-    out.push_back({n, b.priority, !b.is_available || b.is_available(), r.origins[n]});
+  for (auto& [n, b] : r.backends) {
+    Status st = b.is_available ? b.is_available() : Status{};
+    out.push_back({n, b.priority, st.ok(), st.message(), r.origins[n]});
+  }
   std::stable_sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.priority > b.priority; });
   return out;
 }
@@ -146,7 +148,7 @@ Result<Accelerator*> get_accelerator(const std::string& requested) {
     for (auto& [_, b] : r.backends) order.push_back(&b);
     std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->priority > b->priority; });
     for (auto* b : order) {
-      if (!b->is_available || b->is_available()) {
+      if (!b->is_available || b->is_available().ok()) {
         name = b->name;
         break;
       }
@@ -159,8 +161,10 @@ Result<Accelerator*> get_accelerator(const std::string& requested) {
     std::string hint = r.plugin_errors.empty() ? "" : " (a plug-in failed to load: " + r.plugin_errors.front() + ")";
     return not_found("no accelerator named '" + name + "' (registered: " + names_of(r) + ")" + hint);
   }
-  if (it->second.is_available && !it->second.is_available())
-    return unavailable("accelerator '" + name + "' is registered but not available on this machine");
+  if (it->second.is_available) {
+    if (Status st = it->second.is_available(); !st.ok())
+      return unavailable("accelerator '" + name + "' is not available here: " + st.message());
+  }
   auto made = it->second.create();
   if (!made.ok()) return made.status();
   Accelerator* acc = made.value().get();

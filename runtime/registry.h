@@ -22,8 +22,9 @@ namespace kiln::runtime {
 struct BackendRegistration {
   std::string name;
   int priority = 0;  // higher is tried first when nothing is asked for by name
-  // Cheap check that must not initialise the backend (no context, no thread, no cuInit).
-  std::function<bool()> is_available;
+  // Cheap check that must not initialise the backend (no context, no thread, no cuInit):
+  // ok, or kUnavailable saying why not. Null means always available.
+  std::function<Status()> is_available;
   std::function<Result<std::unique_ptr<Accelerator>>()> create;
 };
 
@@ -43,6 +44,7 @@ struct BackendInfo {
   std::string name;
   int priority = 0;
   bool available = false;  // from is_available(): nothing was initialised to learn it
+  std::string reason;      // why not, when not available
   std::string origin;      // "built in", or the plug-in's path
 };
 std::vector<BackendInfo> backend_infos();

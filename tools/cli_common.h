@@ -24,6 +24,9 @@ std::string age(int64_t unix_seconds);
 // Ops for a command: --spec-dir folders from `args`, the global --cache-dir.
 Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir);
 
+// `kiln doctor` (doctor_command.cpp).
+int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_dir);
+
 // `kiln cache ...` (cache_command.cpp).
 int cmd_cache(const std::vector<std::string>& argv, const std::string& cache_dir);
 extern const char* const k_cache_help;

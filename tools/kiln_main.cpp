@@ -30,6 +30,7 @@ commands:
   warm            build every spec for a target and, with --check, self-check each
   cache           inspect and maintain the cache: stats, ls, show, gc, verify, clear, explain
   toolchains      each toolchain's identity (what enters keys) or why it is unavailable
+  doctor          what kiln finds here: accelerators, toolchains, the cache, every op's state
   help [COMMAND]  show help for a command
 
 global options:
@@ -316,12 +317,14 @@ int run_main(int argc, char** argv) {
   if (command == "warm") return cmd_warm(rest, cache_dir);
   if (command == "cache") return cmd_cache(rest, cache_dir);
   if (command == "toolchains") return cmd_toolchains(rest);
+  if (command == "doctor") return cmd_doctor(rest, cache_dir);
   if (command == "help") {
     std::string topic = rest.empty() ? "" : rest[0];
     if (topic == "build") return std::cout << k_build_help, 0;
     if (topic == "run") return std::cout << k_run_help, 0;
     if (topic == "warm") return std::cout << k_warm_help, 0;
     if (topic == "cache") return std::cout << k_cache_help, 0;
+    if (topic == "doctor") return cmd_doctor({"--help"}, cache_dir);
     if (topic.empty()) return std::cout << k_main_help, 0;
     return usage_error("no help for '" + topic + "'", k_main_help);
   }

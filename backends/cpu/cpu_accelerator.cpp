@@ -169,7 +169,7 @@ const bool k_registered = [] {
   Status st = runtime::register_backend({
       .name = "cpu",
       .priority = runtime::k_priority_cpu,
-      .is_available = [] { return true; },
+      .is_available = [] { return Status{}; },
       .create = []() -> Result<std::unique_ptr<runtime::Accelerator>> {
         return std::unique_ptr<runtime::Accelerator>(std::make_unique<CpuAccelerator>());
       },

@@ -324,8 +324,9 @@ bool CudaAccelerator::on_accelerator(const void* ptr) const {
   return ptr && bind().ok() && m_driver->cuPointerGetAttribute(&type, 2, dptr(ptr)) == 0 && type == 2;
 }
 
-bool CudaAccelerator::present_without_initialising() {
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && (!*v || v[0] == '-')) return false;
+Status CudaAccelerator::present_without_initialising() {
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && (!*v || v[0] == '-'))
+    return unavailable("CUDA_VISIBLE_DEVICES=\"" + std::string(v) + "\" hides every GPU");
   bool gpu = false;
   if (DIR* d = ::opendir("/proc/driver/nvidia/gpus")) {
     while (dirent* e = ::readdir(d))
@@ -333,13 +334,16 @@ bool CudaAccelerator::present_without_initialising() {
     ::closedir(d);
   }
   struct stat st{};
-  if (!gpu) gpu = ::stat("/dev/nvidia0", &st) == 0;
-  if (!gpu) return false;
+  if (!gpu && ::stat("/dev/nvidia0", &st) != 0)
+    return unavailable("no NVIDIA GPU: /proc/driver/nvidia/gpus lists none and /dev/nvidia0 does not exist");
   // Loading the library runs no cuInit; driver() loads it again when a backend is created.
   void* h = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (!h) return false;
+  if (!h) {
+    const char* e = ::dlerror();
+    return unavailable(std::string("a GPU is present but the CUDA driver library is not: ") + (e ? e : "libcuda.so.1"));
+  }
   ::dlclose(h);
-  return true;
+  return {};
 }
 
 Result<void*> CudaAccelerator::allocate(size_t bytes) {

@@ -57,7 +57,8 @@ class CudaAccelerator final : public runtime::Accelerator {
   // Whether a CUDA GPU is visible, learnt without cuInit (which would keep a process that
   // forks afterwards from using CUDA in the child): CUDA_VISIBLE_DEVICES, the driver's
   // /proc entries or device nodes, and libcuda.so.1 being loadable.
-  static bool present_without_initialising();
+  // Ok, or kUnavailable saying which of those is missing.
+  static Status present_without_initialising();
 
  protected:
   void profiler_push(const std::string& name) override;

@@ -1,0 +1,237 @@
+// `kiln doctor`: what this machine gives kiln, in one report (what ds_report is to DeepSpeed):
+// the accelerators found and the one chosen, each toolchain and where it was found (or why
+// not), the cache folder and its size, and for every op and target whether it is compatible
+// and whether it is cached. It compiles nothing and counts no cache hits.
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "builders/ops.h"
+#include "jit/nvrtc/nvrtc_toolchain.h"
+#include "jit/toolchain_loader.h"
+#include "runtime/registry.h"
+#include "support/units.h"
+#include "tools/cli_common.h"
+
+namespace kiln::tools {
+namespace {
+
+constexpr const char* k_doctor_help = R"(usage: kiln doctor [--target T]... [--spec-dir DIR]... [--json]
+
+Reports what kiln finds on this machine, without compiling anything:
+  accelerators   every registered backend (built in or from KILN_PLUGINS), whether it is
+                 available and why not, its devices and native target; the chosen one
+                 (KILN_ACCELERATOR, else the highest priority available) is marked
+  toolchains     each compiler kiln can load, its identity and where it was found, or why not
+  cache          the folder, its size and entry count, its limit, and the remote tiers
+  ops            for every op and target: compatible or not (with the reason), cached or not
+
+The targets are each available accelerator's native target, cuda:sm_90 when a CUDA
+toolchain is here but no GPU, and every --target given.
+
+options:
+  --target T       also report this target (repeatable)
+  --spec-dir DIR   a folder of specs (repeatable; default $KILN_SPEC_PATH or the bundled specs)
+  --json           print one JSON object instead of text
+)";
+
+struct AcceleratorRow {
+  runtime::BackendInfo info;
+  bool chosen = false;
+  std::vector<std::string> devices;
+  std::string native_target;
+  std::string error;  // creating it failed
+};
+
+struct ToolchainRow {
+  std::string name;
+  bool available = false;
+  std::string identity_or_reason;
+  std::string where;
+};
+
+struct OpRow {
+  std::string op, target;
+  bool compatible = false;
+  std::string reason;
+  std::string cached;  // "yes", "no", "failed" (a cached compile error), "unknown: why"
+};
+
+std::string json_bool(bool b) { return b ? "true" : "false"; }
+
+}  // namespace
+
+int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_dir) {
+  auto args = parse_args(argv, {"--target", "--spec-dir"}, {"--json", "--help", "-h"});
+  if (!args.ok()) return usage_error(args.status().message(), k_doctor_help);
+  if (args->has("--help") || args->has("-h")) return std::cout << k_doctor_help, 0;
+  if (!args->positional.empty()) return usage_error("doctor takes no operands", k_doctor_help);
+
+  // Accelerators: detection first (it initialises nothing), then each available one.
+  std::vector<AcceleratorRow> accelerators;
+  auto chosen = runtime::get_accelerator();
+  for (auto& info : runtime::backend_infos()) {
+    AcceleratorRow row;
+    row.info = info;
+    if (info.available) {
+      auto acc = runtime::get_accelerator(info.name);
+      if (acc.ok()) {
+        row.chosen = chosen.ok() && *chosen == *acc;
+        for (int d = 0; d < (*acc)->device_count(); ++d) row.devices.push_back((*acc)->device_name(d));
+        row.native_target = (*acc)->native_target();
+      } else {
+        row.error = acc.status().message();
+      }
+    }
+    accelerators.push_back(std::move(row));
+  }
+  const char* plugins_env = std::getenv("KILN_PLUGINS");
+  std::string plugins = plugins_env ? plugins_env : "";
+  auto plugin_errors = runtime::plugin_errors();
+
+  // Toolchains.
+  std::vector<ToolchainRow> toolchains;
+  auto clang = jit::clang_toolchain_identity();
+  toolchains.push_back({"clang", clang.ok(), clang.ok() ? *clang : clang.status().message(), jit::clang_toolchain_library_path()});
+  auto nvrtc = jit::nvrtc_toolchain_identity();
+  std::string nvrtc_where;
+  for (auto& p : jit::nvrtc_search_paths()) nvrtc_where += (nvrtc_where.empty() ? "" : ", ") + (p.empty() ? "the loader's path" : p);
+  toolchains.push_back({"nvrtc", nvrtc.ok(), nvrtc.ok() ? *nvrtc : nvrtc.status().message(), "searched " + nvrtc_where});
+
+  // Cache and ops.
+  builders::OpsOptions options;
+  options.cache_dir = cache_dir;
+  for (auto& d : args->all("--spec-dir")) options.spec_dirs.push_back(d);
+  auto ops = builders::Ops::create(options);
+  std::string cache_root = cache_dir.empty() ? cache::Store::default_root() : cache_dir;
+  std::optional<cache::Statistics> stats;
+  std::string cache_problem;
+  std::vector<OpRow> op_rows;
+  std::vector<std::string> targets;
+  if (!ops.ok()) {
+    cache_problem = ops.status().message();
+  } else {
+    if (auto* store = (*ops)->store()) {
+      auto s = store->statistics();
+      if (s.ok()) stats = *s;
+      else cache_problem = s.status().message();
+    } else {
+      cache_problem = "the cache could not be opened (ops compile into memory)";
+    }
+    bool cuda_device = false;
+    for (auto& a : accelerators) {
+      if (a.native_target.empty()) continue;
+      targets.push_back(a.native_target);
+      cuda_device |= a.native_target.rfind("cuda:", 0) == 0;
+    }
+    if (!cuda_device && (nvrtc.ok() || clang.ok())) targets.push_back("cuda:sm_90");
+    for (auto& t : args->all("--target")) targets.push_back(t);
+    std::sort(targets.begin(), targets.end());
+    targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+
+    for (auto& file : (*ops)->spec_files()) {
+      auto spec = builders::parse_spec_file(file);
+      for (auto& t : targets) {
+        OpRow row;
+        row.op = spec.ok() ? spec->name : file;
+        row.target = t;
+        auto target = builders::parse_target(t);
+        Status compatible = !spec.ok() ? spec.status() : !target.ok() ? target.status() : builders::is_compatible(*spec, *target);
+        row.compatible = compatible.ok();
+        row.reason = compatible.message();
+        if (!row.compatible) {
+          row.cached = "no";
+        } else if (auto rec = (*ops)->cached_record(*spec, *target); !rec.ok()) {
+          row.cached = "unknown: " + rec.status().message();
+        } else {
+          row.cached = !rec->has_value() ? "no" : (*rec)->kind == "compile-error" ? "failed" : "yes";
+        }
+        op_rows.push_back(std::move(row));
+      }
+    }
+  }
+
+  if (args->has("--json")) {
+    std::ostringstream o;
+    o << "{\"version\":\"0.1.0\",\"accelerators\":[";
+    for (size_t i = 0; i < accelerators.size(); ++i) {
+      auto& a = accelerators[i];
+      o << (i ? "," : "") << "{\"name\":" << json_string(a.info.name) << ",\"priority\":" << a.info.priority
+        << ",\"available\":" << json_bool(a.info.available) << ",\"chosen\":" << json_bool(a.chosen)
+        << ",\"origin\":" << json_string(a.info.origin);
+      if (!a.info.available) o << ",\"reason\":" << json_string(a.info.reason);
+      if (!a.error.empty()) o << ",\"error\":" << json_string(a.error);
+      if (!a.native_target.empty()) o << ",\"native_target\":" << json_string(a.native_target);
+      o << ",\"devices\":[";
+      for (size_t d = 0; d < a.devices.size(); ++d) o << (d ? "," : "") << json_string(a.devices[d]);
+      o << "]}";
+    }
+    o << "],\"chosen\":" << (chosen.ok() ? json_string((*chosen)->name()) : "null");
+    if (!chosen.ok()) o << ",\"chosen_error\":" << json_string(chosen.status().message());
+    o << ",\"plugins\":{\"KILN_PLUGINS\":" << json_string(plugins) << ",\"errors\":[";
+    for (size_t i = 0; i < plugin_errors.size(); ++i) o << (i ? "," : "") << json_string(plugin_errors[i]);
+    o << "]},\"toolchains\":[";
+    for (size_t i = 0; i < toolchains.size(); ++i) {
+      auto& t = toolchains[i];
+      o << (i ? "," : "") << "{\"name\":" << json_string(t.name) << ",\"available\":" << json_bool(t.available)
+        << (t.available ? ",\"identity\":" : ",\"reason\":") << json_string(t.identity_or_reason)
+        << ",\"where\":" << json_string(t.where) << "}";
+    }
+    o << "],\"cache\":{\"folder\":" << json_string(cache_root);
+    if (stats)
+      o << ",\"bytes\":" << stats->bytes << ",\"artifacts\":" << stats->artifacts << ",\"max_bytes\":" << stats->max_bytes;
+    if (!cache_problem.empty()) o << ",\"problem\":" << json_string(cache_problem);
+    o << ",\"remote_tiers\":[]},\"targets\":[";
+    for (size_t i = 0; i < targets.size(); ++i) o << (i ? "," : "") << json_string(targets[i]);
+    o << "],\"ops\":[";
+    for (size_t i = 0; i < op_rows.size(); ++i) {
+      auto& r = op_rows[i];
+      o << (i ? "," : "") << "{\"op\":" << json_string(r.op) << ",\"target\":" << json_string(r.target)
+        << ",\"compatible\":" << json_bool(r.compatible);
+      if (!r.compatible) o << ",\"reason\":" << json_string(r.reason);
+      o << ",\"cached\":" << json_string(r.cached) << "}";
+    }
+    o << "]}\n";
+    std::cout << o.str();
+    return 0;
+  }
+
+  std::cout << "kiln 0.1.0\n\naccelerators (highest priority first, * = chosen)\n";
+  for (auto& a : accelerators) {
+    std::cout << (a.chosen ? "  * " : "    ") << a.info.name << "  priority " << a.info.priority << ", " << a.info.origin;
+    if (!a.info.available) std::cout << ": unavailable: " << a.info.reason << "\n";
+    else if (!a.error.empty()) std::cout << ": failed to start: " << a.error << "\n";
+    else {
+      std::cout << ": " << a.native_target << "\n";
+      for (size_t d = 0; d < a.devices.size(); ++d) std::cout << "        device " << d << ": " << a.devices[d] << "\n";
+    }
+  }
+  if (!chosen.ok()) std::cout << "  no accelerator chosen: " << chosen.status().message() << "\n";
+  std::cout << "  plug-ins (KILN_PLUGINS): " << (plugins.empty() ? "none" : plugins) << "\n";
+  for (auto& e : plugin_errors) std::cout << "    error: " << e << "\n";
+
+  std::cout << "\ntoolchains\n";
+  for (auto& t : toolchains)
+    std::cout << "  " << t.name << ": " << (t.available ? t.identity_or_reason : "unavailable: " + t.identity_or_reason)
+              << "\n    " << (t.name == "clang" ? "library " : "") << t.where << "\n";
+
+  std::cout << "\ncache\n  folder: " << cache_root << "\n";
+  if (stats)
+    std::cout << "  size: " << human_size(stats->bytes) << " in " << stats->artifacts << " artifacts (limit "
+              << human_size(stats->max_bytes) << ")\n";
+  if (!cache_problem.empty()) std::cout << "  problem: " << cache_problem << "\n";
+  std::cout << "  remote tiers: none configured\n";
+
+  if (!op_rows.empty()) {
+    std::cout << "\nops\n";
+    std::printf("  %-16s %-18s %-10s %s\n", "op", "target", "cached", "compatible");
+    std::cout.flush();
+    for (auto& r : op_rows) {
+      std::printf("  %-16s %-18s %-10s %s\n", r.op.c_str(), r.target.c_str(), r.cached.c_str(),
+                  r.compatible ? "yes" : ("no: " + r.reason).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace kiln::tools
