@@ -270,6 +270,24 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   return finish();
 }
 
+Result<OpBuilder> Ops::create_op_builder(const std::string& op, const std::string& target_text) {
+  OpBuilder b;
+  b.m_ops = this;
+  KILN_ASSIGN_OR_RETURN(b.m_spec, find_spec(op));
+  KILN_ASSIGN_OR_RETURN(b.m_target, parse_target(target_text.empty() ? m_accelerator->native_target() : target_text));
+  return b;
+}
+
+Status OpBuilder::is_compatible() const {
+  KILN_RETURN_IF_ERROR(builders::is_compatible(m_spec, m_target));
+  KILN_ASSIGN_OR_RETURN(runtime::Accelerator * acc, m_ops->accelerator_for(m_target));
+  return acc->can_load(artifact_kind_for(m_target), m_target.str());
+}
+
+Result<BuildOutcome> OpBuilder::build() const { return m_ops->build(m_spec, m_target); }
+
+Result<std::shared_ptr<LoadedOp>> OpBuilder::load() const { return m_ops->get(m_spec.name, m_target.str()); }
+
 Result<std::shared_ptr<LoadedOp>> Ops::get(const std::string& op, const std::string& target_text) {
   std::string target_str = target_text.empty() ? m_accelerator->native_target() : target_text;
   std::string slot_key = op + "@" + target_str;

@@ -70,6 +70,31 @@ class LoadedOp {
   std::shared_ptr<runtime::Module> m_module;
 };
 
+class Ops;
+
+// One op by name, bound to a target: what frameworks' accelerators hand out as an op builder
+// (DeepSpeed's accelerator.create_op_builder("FusedAdamBuilder")). It answers whether the op
+// can be built and run here, builds it ahead of time, or loads it. Made by
+// Ops::create_op_builder; lives no longer than that Ops.
+class OpBuilder {
+ public:
+  const std::string& name() const { return m_spec.name; }
+  const OpSpec& spec() const { return m_spec; }
+  const Target& target() const { return m_target; }
+  // Ok when the spec builds for the target and an accelerator here runs it; else why not.
+  Status is_compatible() const;
+  // Finds or compiles the artifact without loading it (cache warming).
+  Result<BuildOutcome> build() const;
+  // Loaded and ready to launch (Ops::get).
+  Result<std::shared_ptr<LoadedOp>> load() const;
+
+ private:
+  friend class Ops;
+  Ops* m_ops = nullptr;
+  OpSpec m_spec;
+  Target m_target;
+};
+
 struct OpsOptions {
   // Folders searched for <op>.toml, first match wins. Empty: $KILN_SPEC_PATH (':'-separated),
   // else the bundled specs/.
@@ -86,6 +111,10 @@ class Ops {
 
   // Loaded op for `target` ("" = the accelerator's native target).
   Result<std::shared_ptr<LoadedOp>> get(const std::string& op, const std::string& target = "");
+
+  // The op builder for `op` ("" target = the accelerator's native target); kNotFound when no
+  // spec has that name. get_op_builder is find_spec: the spec is the builder's "class".
+  Result<OpBuilder> create_op_builder(const std::string& op, const std::string& target = "");
 
   // Finds or compiles the artifact without loading it. A compile error is a successful
   // Result whose outcome has success == false and the diagnostics; nothing is cached then.

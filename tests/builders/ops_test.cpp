@@ -204,5 +204,32 @@ TEST(OpsTest, UnknownOpSaysWhereItLooked) {
   EXPECT_NE(op.status().message().find(testing::bundled_spec_dir()), std::string::npos);
 }
 
+TEST(OpsTest, OpBuildersByNameAnswerBuildAndLoad) {
+  testing::TempDir cache;
+  auto ops = make_ops(cache.path());
+  auto b = ops->create_op_builder("vector_add");
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->name(), "vector_add");
+  EXPECT_EQ(b->target().str(), ops->accelerator().native_target());
+  EXPECT_TRUE(b->is_compatible().ok());
+  auto built = b->build();  // ahead of time: compiled, not loaded
+  ASSERT_TRUE(built.ok() && built->success) << built.status().message();
+  EXPECT_EQ(built->cache, CacheOutcome::kCompiled);
+  auto loaded = b->load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ((*loaded)->outcome().cache, CacheOutcome::kDisk);  // found what build() stored
+  EXPECT_EQ(ops->compile_count(), 1u);
+  EXPECT_EQ(loaded->get(), ops->get("vector_add").value().get());
+
+  auto old_gpu = ops->create_op_builder("sum_reduce", "cuda:sm_50");
+  ASSERT_TRUE(old_gpu.ok());
+  Status st = old_gpu->is_compatible();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("compute capability 60"), std::string::npos) << st.message();
+  auto missing = ops->create_op_builder("no_such_op");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(ops->create_op_builder("vector_add", "tpu:v5").ok());
+}
+
 }  // namespace
 }  // namespace kiln::builders

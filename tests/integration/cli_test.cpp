@@ -21,7 +21,7 @@ TEST(CliTest, HelpForEveryCommand) {
   auto top = run_process(kiln({"--help"}));
   EXPECT_EQ(top.exit_code, 0);
   EXPECT_NE(top.out.find("usage: kiln"), std::string::npos);
-  for (const char* cmd : {"build", "run", "warm"}) {
+  for (const char* cmd : {"build", "run", "warm", "doctor"}) {
     auto r = run_process(kiln({cmd, "--help"}));
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.out.find(std::string("usage: kiln ") + cmd), std::string::npos) << r.out;
@@ -123,6 +123,29 @@ TEST(CliTest, ColdBuildStartsNoCompilerOrLinkerProcess) {
   size_t execs = 0;
   for (size_t pos = 0; (pos = log.find("execve(", pos)) != std::string::npos; ++pos) ++execs;
   EXPECT_EQ(execs, 1u) << "only kiln itself may be executed:\n" << log;
+}
+
+TEST(CliTest, DoctorReportsAcceleratorsToolchainsCacheAndEveryOp) {
+  testing::TempDir cache;
+  // vector_add cached for the native cpu target, the others not.
+  ASSERT_EQ(run_process(kiln({"--cache-dir", cache.path(), "run", "vector_add", "--dim", "n=100"})).exit_code, 0);
+  auto r = run_process(kiln({"--cache-dir", cache.path(), "doctor", "--target", "cuda:sm_50"}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\* cpu +priority 0, built in: cpu:x86-64)"))) << r.out;
+  EXPECT_NE(r.out.find("cuda  priority 100"), std::string::npos) << r.out;  // registered, shown even without a GPU
+  EXPECT_NE(r.out.find("clang: clang-inproc"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("folder: " + cache.path()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("remote tiers: none configured"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(vector_add +cpu:x86-64[-v0-9]* +yes +yes)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(axpby +cpu:x86-64[-v0-9]* +no +yes)"))) << r.out;
+  // sum_reduce needs sm_60 (its min_sm): incompatible for sm_50, with the reason.
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(sum_reduce +cuda:sm_50 +no +no: .*capability 60)"))) << r.out;
+
+  auto j = run_process(kiln({"--cache-dir", cache.path(), "doctor", "--json"}));
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  for (const char* key : {"\"accelerators\":[", "\"chosen\":\"cpu\"", "\"toolchains\":[", "\"cache\":{", "\"ops\":[",
+                          "\"remote_tiers\":[]", "\"cached\":\"yes\""})
+    EXPECT_NE(j.out.find(key), std::string::npos) << key << "\n" << j.out;
 }
 
 }  // namespace
