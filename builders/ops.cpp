@@ -292,19 +292,30 @@ Result<std::shared_ptr<LoadedOp>> Ops::get(const std::string& op, const std::str
   std::string target_str = target_text.empty() ? m_accelerator->native_target() : target_text;
   std::string slot_key = op + "@" + target_str;
   std::shared_ptr<Slot> slot;
-  bool builder = false;
   {
+    std::lock_guard lock(m_mutex);
+    if (auto it = m_loaded.find(slot_key); it != m_loaded.end()) {
+      if (it->second->done && it->second->op) {
+        m_memory_hits.fetch_add(1, std::memory_order_relaxed);
+        return it->second->op;  // the common case: a hash-map lookup
+      }
+      slot = it->second;
+    }
+  }
+  bool builder = false;
+  if (!slot) {
+    // A new slot is locked before anyone else can see it, and outside m_mutex, so the two
+    // mutexes are only ever taken in one order (slot, then m_mutex).
+    auto fresh = std::make_shared<Slot>();
+    fresh->mutex.lock();
     std::lock_guard lock(m_mutex);
     auto& s = m_loaded[slot_key];
     if (!s) {
-      s = std::make_shared<Slot>();
+      s = fresh;
       builder = true;
-      s->mutex.lock();  // taken before anyone else can see the slot
-    } else if (s->done && s->op) {
-      m_memory_hits.fetch_add(1, std::memory_order_relaxed);
-      return s->op;  // the common case: a hash-map lookup
     }
     slot = s;
+    if (!builder) fresh->mutex.unlock();
   }
   if (!builder) {
     std::lock_guard wait(slot->mutex);  // blocks until the building thread is done

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -120,9 +121,13 @@ class CpuStream final : public runtime::Stream {
   std::mutex m_mutex;
   std::condition_variable m_not_empty, m_not_full, m_drained;
   std::array<Command, k_ring_size> m_ring;
-  uint64_t m_head = 0;  // next to execute
-  uint64_t m_tail = 0;  // next free
-  uint64_t m_completed = 0;
+  // One consumer (the stream's thread) and producers serialised by m_mutex. The consumer
+  // takes no lock per command: it reads m_tail, runs the command, advances m_head. The
+  // atomics are sequentially consistent, which the sleep/wake handshakes below rely on.
+  std::atomic<uint64_t> m_head{0};  // next to execute; everything before it has completed
+  std::atomic<uint64_t> m_tail{0};  // next free
+  std::atomic<bool> m_consumer_sleeping{false};  // set under m_mutex before it waits
+  std::atomic<int> m_sleepers{0};  // producers or synchronize() waiting under m_mutex
   bool m_stop = false;
   bool m_capturing = false;
   std::vector<Command> m_captured;

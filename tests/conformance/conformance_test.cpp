@@ -230,8 +230,9 @@ TEST_P(AcceleratorConformance, SynchronizeWaitsForEveryStream) {
   write(a, std::vector<float>(n, 2.0f));
   auto s = acc->create_stream();
   ASSERT_TRUE(s.ok());
+  float* c = device_floats(16);
   for (int i = 0; i < 8; ++i) ASSERT_TRUE((*s)->copy_async(b, a, n * sizeof(float)).ok());
-  ASSERT_TRUE(acc->default_stream().memset_async(a, 0, 4).ok());
+  ASSERT_TRUE(acc->default_stream().memset_async(c, 0, 16 * sizeof(float)).ok());  // other memory: no ordering needed
   ASSERT_TRUE(acc->synchronize().ok());
   EXPECT_TRUE((*s)->query());
   EXPECT_TRUE(acc->default_stream().query());
@@ -343,6 +344,48 @@ TEST_P(AcceleratorConformance, RandomStateIsPerDeviceReproducibleAndAdvances) {
   // What a kernel draws from a state is a pure function of it (kiln/philox.h).
   EXPECT_EQ(philox::draw_u32(7, 0, 5), philox::draw_u32(7, 0, 5));
   EXPECT_NE(philox::draw_u32(7, 0, 5), philox::draw_u32(7, 1, 5));
+}
+
+// A kernel that draws from the generator's state: every backend, however it schedules
+// blocks, must produce exactly what the host computes from the same (seed, offset).
+TEST_P(AcceleratorConformance, RandomDrawsDependOnlyOnTheStateNotOnScheduling) {
+  testing::TempDir dir;
+  dir.write("random_uniform.toml", R"(name = "random_uniform"
+version = 1
+language = "cpp"
+sources = ["random_uniform.cpp"]
+[[entry]]
+name = "random_uniform"
+params = ["float* out", "int64_t n", "uint64_t seed", "uint64_t offset"]
+)");
+  dir.write("random_uniform.cpp", R"(#include "kiln/cpu_kernel.h"
+#include "kiln/philox.h"
+void random_uniform(const kiln::cpu::Block& b, float* out, int64_t n, uint64_t seed, uint64_t offset) {
+  int64_t begin = (int64_t)kiln::cpu::first_thread(b);
+  for (int64_t i = begin; i < begin + (int64_t)b.block_dim.x && i < n; ++i)
+    out[i] = kiln::philox::to_unit_float(kiln::philox::draw_u32(seed, offset, (uint64_t)i));
+}
+)");
+  if (acc->native_target().rfind("cpu:", 0) != 0) GTEST_SKIP() << "the random test kernel is written for cpu targets";
+  builders::OpsOptions o;
+  o.cache_dir = KILN_CONFORMANCE_CACHE;
+  o.spec_dirs = {dir.path()};
+  o.accelerator = name;
+  auto local = builders::Ops::create(o);
+  ASSERT_TRUE(local.ok()) << local.status().message();
+  auto op = (*local)->get("random_uniform");
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  constexpr int64_t n = 100003;
+  float* out = device_floats(n);
+  acc->manual_seed(2024);
+  acc->reserve_random(5);  // a launch before this one: the state has moved on
+  runtime::RngState state = acc->reserve_random(n);
+  const void* args[] = {&out, &n, &state.seed, &state.offset};
+  ASSERT_TRUE((*op)->kernel().value()->launch(acc->default_stream(), {(n + 127) / 128, 1, 1}, {128, 1, 1}, args, 4).ok());
+  ASSERT_TRUE(acc->default_stream().synchronize().ok());
+  auto got = read(out, n);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(got[i], philox::to_unit_float(philox::draw_u32(2024, 2, static_cast<uint64_t>(i)))) << "element " << i;
 }
 
 TEST_P(AcceleratorConformance, ProfilingRangesNestPerThread) {

@@ -1,0 +1,180 @@
+// What the runtime costs on the CPU backend, next to what it is compared with in the same run:
+//   BM_CpuLaunchEmpty        one launch of an empty kernel, queued: 1,000 launches then one
+//                            synchronize, time per launch (the stream's thread runs them as
+//                            they come, so this is the sustained launch rate)
+//   BM_Cpu100Launches        100 empty launches + synchronize
+//   BM_CpuGraphOf100Launches the same 100 launches captured once, replayed + synchronize
+//   BM_EventRecordQuery      record an event on an idle stream and query it
+//   BM_VectorAdd256MiB       kiln's bundled vector_add over three 256 MiB arrays
+//   BM_StreamAddBaseline     the same sum as a plain threaded C++ loop (STREAM's "add"), one
+//                            thread per core: the machine's measured memory bandwidth
+//   BM_MemcpyBaseline        threaded memcpy of 256 MiB: the other bound a user would quote
+// Bytes are counted as STREAM counts them (2 reads + 1 write per element for add).
+// Run: build/bin/kiln_runtime_bench, or tools/bench/run for every figure in the README.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "builders/ops.h"
+#include "runtime/registry.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t k_vector_bytes = size_t{256} << 20;
+constexpr int64_t k_vector_floats = k_vector_bytes / sizeof(float);
+
+struct Fixture {
+  std::string cache_dir;
+  std::unique_ptr<builders::Ops> ops;
+  runtime::Accelerator* acc = nullptr;
+  runtime::Kernel* empty = nullptr;
+  runtime::Kernel* vector_add = nullptr;
+  float* scratch = nullptr;
+
+  Fixture() {
+    char pattern[] = "/tmp/kiln-runtime-bench-XXXXXX";
+    cache_dir = ::mkdtemp(pattern);
+    builders::OpsOptions o;
+    o.cache_dir = cache_dir;
+    o.accelerator = "cpu";
+    o.spec_dirs = {KILN_BENCH_SPEC_DIR, builders::Ops::bundled_spec_dir()};
+    ops = builders::Ops::create(o).value();
+    acc = &ops->accelerator();
+    empty = ops->get("empty").value()->kernel().value();
+    vector_add = ops->get("vector_add").value()->kernel().value();
+    scratch = static_cast<float*>(acc->allocate(64).value());
+  }
+  ~Fixture() {
+    std::error_code ec;
+    std::filesystem::remove_all(cache_dir, ec);
+  }
+  Status launch_empty(runtime::Stream& s) {
+    const void* args[] = {&scratch};
+    return empty->launch(s, {1, 1, 1}, {1, 1, 1}, args, 1);
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+void BM_CpuLaunchEmpty(benchmark::State& state) {
+  auto& f = fixture();
+  auto stream = f.acc->create_stream().value();
+  for (auto _ : state) {
+    for (int i = 0; i < 1000; ++i)
+      if (!f.launch_empty(*stream).ok()) state.SkipWithError("launch failed");
+    (void)stream->synchronize();
+  }
+  state.SetItemsProcessed(state.iterations() * 1000);
+  state.counters["ns_per_launch"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 1000, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_CpuLaunchEmpty)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_Cpu100Launches(benchmark::State& state) {
+  auto& f = fixture();
+  auto stream = f.acc->create_stream().value();
+  for (auto _ : state) {
+    for (int i = 0; i < 100; ++i) (void)f.launch_empty(*stream);
+    (void)stream->synchronize();
+  }
+}
+BENCHMARK(BM_Cpu100Launches)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_CpuGraphOf100Launches(benchmark::State& state) {
+  auto& f = fixture();
+  auto stream = f.acc->create_stream().value();
+  (void)stream->begin_capture();
+  for (int i = 0; i < 100; ++i) (void)f.launch_empty(*stream);
+  auto graph = stream->end_capture().value();
+  for (auto _ : state) {
+    (void)graph->launch(*stream);
+    (void)stream->synchronize();
+  }
+}
+BENCHMARK(BM_CpuGraphOf100Launches)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_EventRecordQuery(benchmark::State& state) {
+  auto& f = fixture();
+  auto stream = f.acc->create_stream().value();
+  auto event = f.acc->create_event().value();
+  for (auto _ : state) {
+    (void)stream->record(*event);
+    benchmark::DoNotOptimize(event->query());
+  }
+  (void)stream->synchronize();
+}
+BENCHMARK(BM_EventRecordQuery)->UseRealTime();
+
+// Three 256 MiB arrays, touched once so page faults are not timed.
+struct Vectors {
+  std::vector<float*> p;
+  explicit Vectors(runtime::Accelerator* acc) {
+    for (int i = 0; i < 3; ++i) {
+      p.push_back(static_cast<float*>(acc->allocate(k_vector_bytes).value()));
+      std::memset(p.back(), 0, k_vector_bytes);
+    }
+  }
+};
+
+void BM_VectorAdd256MiB(benchmark::State& state) {
+  auto& f = fixture();
+  Vectors v(f.acc);
+  auto& stream = f.acc->default_stream();
+  int64_t n = k_vector_floats;
+  const void* args[] = {&v.p[0], &v.p[1], &v.p[2], &n};
+  uint32_t blocks = static_cast<uint32_t>((n + 4095) / 4096);
+  for (auto _ : state) {
+    (void)f.vector_add->launch(stream, {blocks, 1, 1}, {4096, 1, 1}, args, 4);
+    (void)stream.synchronize();
+  }
+  state.SetBytesProcessed(state.iterations() * 3 * static_cast<int64_t>(k_vector_bytes));
+  for (auto* p : v.p) f.acc->deallocate(p);
+}
+BENCHMARK(BM_VectorAdd256MiB)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+
+// Splits [0, n) over one thread per core and runs fn(begin, end) on each.
+template <typename Fn>
+void on_every_core(int64_t n, Fn fn) {
+  unsigned t = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < t; ++i) threads.emplace_back([&, i] { fn(n * i / t, n * (i + 1) / t); });
+  for (auto& th : threads) th.join();
+}
+
+void BM_StreamAddBaseline(benchmark::State& state) {
+  auto& f = fixture();
+  Vectors v(f.acc);
+  float *a = v.p[0], *b = v.p[1], *c = v.p[2];
+  for (auto _ : state)
+    on_every_core(k_vector_floats, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) c[i] = a[i] + b[i];
+    });
+  state.SetBytesProcessed(state.iterations() * 3 * static_cast<int64_t>(k_vector_bytes));
+  for (auto* p : v.p) f.acc->deallocate(p);
+}
+BENCHMARK(BM_StreamAddBaseline)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+
+void BM_MemcpyBaseline(benchmark::State& state) {
+  auto& f = fixture();
+  Vectors v(f.acc);
+  char *src = reinterpret_cast<char*>(v.p[0]), *dst = reinterpret_cast<char*>(v.p[1]);
+  for (auto _ : state)
+    on_every_core(static_cast<int64_t>(k_vector_bytes),
+                  [&](int64_t begin, int64_t end) { std::memcpy(dst + begin, src + begin, static_cast<size_t>(end - begin)); });
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(k_vector_bytes));
+  for (auto* p : v.p) f.acc->deallocate(p);
+}
+BENCHMARK(BM_MemcpyBaseline)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+
+}  // namespace
+}  // namespace kiln
+
+BENCHMARK_MAIN();
