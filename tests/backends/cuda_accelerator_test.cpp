@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "builders/ops.h"
+#include "backends/cuda/cuda_accelerator.h"
+#include "backends/cuda/nvtx.h"
 #include "builders/self_check.h"
 #include "runtime/registry.h"
 #include "tests/test_util.h"
@@ -182,6 +184,27 @@ TEST_F(CudaAcceleratorTest, ACapturedGraphReplaysItsLaunches) {
   for (long long i = 0; i < n; ++i) ASSERT_EQ(out[i], y[i] + 200.f * x[i]) << i;
   cuda->deallocate(dx);
   cuda->deallocate(dy);
+}
+
+// These two need no GPU: they run here and in CI.
+TEST(CudaWithoutAGpuTest, DetectionSaysWhyWithoutInitialisingTheDriver) {
+  Status present = backends::cuda::CudaAccelerator::present_without_initialising();
+  if (present.ok()) GTEST_SKIP() << "a GPU is present: the GPU tests above cover it";
+  EXPECT_EQ(present.code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(present.message().empty());
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  Status hidden = backends::cuda::CudaAccelerator::present_without_initialising();
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_NE(hidden.message().find("CUDA_VISIBLE_DEVICES"), std::string::npos) << hidden.message();
+}
+
+TEST(CudaWithoutAGpuTest, NvtxRangesLoadFromTheToolkitAndCostNothingWithoutAProfiler) {
+  auto nvtx = backends::cuda::nvtx();
+  if (!nvtx.ok()) GTEST_SKIP() << nvtx.status().message();
+  EXPECT_FALSE((*nvtx)->library.empty());
+  // No profiler is attached: the calls return at once (the depth, or a negative number).
+  (*nvtx)->range_push("kiln-test");
+  (*nvtx)->range_pop();
 }
 
 }  // namespace

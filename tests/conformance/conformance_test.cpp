@@ -53,11 +53,16 @@ class AcceleratorConformance : public ::testing::TestWithParam<std::string> {
   }
 
   // Ops on this backend, compiling into a cache under the build tree shared by every test
-  // process (a content-addressed cache: sharing it is what it is for).
+  // process (a content-addressed cache: sharing it is what it is for). On a GPU node without
+  // LLVM (tools/gpu-check) the cpu references come from the cache it carries: KILN_CACHE_DIR.
+  static std::string cache_dir() {
+    const char* carried = std::getenv("KILN_CACHE_DIR");
+    return carried && *carried ? carried : KILN_CONFORMANCE_CACHE;
+  }
   builders::Ops& ops() {
     if (!m_ops) {
       builders::OpsOptions o;
-      o.cache_dir = KILN_CONFORMANCE_CACHE;
+      o.cache_dir = cache_dir();
       o.spec_dirs = {testing::bundled_spec_dir()};
       o.accelerator = name;
       auto made = builders::Ops::create(o);
@@ -368,7 +373,7 @@ void random_uniform(const kiln::cpu::Block& b, float* out, int64_t n, uint64_t s
 )");
   if (acc->native_target().rfind("cpu:", 0) != 0) GTEST_SKIP() << "the random test kernel is written for cpu targets";
   builders::OpsOptions o;
-  o.cache_dir = KILN_CONFORMANCE_CACHE;
+  o.cache_dir = cache_dir();
   o.spec_dirs = {dir.path()};
   o.accelerator = name;
   auto local = builders::Ops::create(o);
