@@ -20,7 +20,16 @@ Result<Target> parse_target(std::string_view text) {
     return Target{"cpu", std::string(arch)};
   }
   if (backend == "cuda") {
-    // cuda:sm_90, or a list: cuda:sm_80,sm_90,sm_100 (sorted, duplicates dropped).
+    // cuda:sm_90, or a list: cuda:sm_80,sm_90,sm_100 (sorted, duplicates dropped): a cubin
+    // each and PTX for the oldest. cuda:compute_90 alone: PTX only, which the driver compiles
+    // for whatever GPU loads it (the smallest artifact and the fastest compile).
+    if (arch.substr(0, 8) == "compute_") {
+      std::string_view digits = arch.substr(8);
+      bool ok = digits.size() >= 2 && digits.size() <= 3;
+      for (char c : digits) ok = ok && c >= '0' && c <= '9';
+      if (!ok) return invalid_argument("CUDA target '" + std::string(text) + "': PTX-only targets read cuda:compute_90");
+      return Target{"cuda", "compute_" + std::to_string(std::atoi(std::string(digits).c_str()))};
+    }
     std::vector<int> archs;
     std::string_view rest = arch;
     while (true) {
@@ -30,7 +39,8 @@ Result<Target> parse_target(std::string_view text) {
       for (size_t i = 3; ok && i < item.size(); ++i) ok = item[i] >= '0' && item[i] <= '9';
       if (!ok)
         return invalid_argument("CUDA target '" + std::string(text) +
-                                "' needs architectures such as cuda:sm_90 or cuda:sm_80,sm_90,sm_100");
+                                "' needs architectures such as cuda:sm_90, cuda:sm_80,sm_90,sm_100 or cuda:compute_90 "
+                                "(PTX only)");
       int sm = std::atoi(std::string(item.substr(3)).c_str());
       if (std::find(archs.begin(), archs.end(), sm) == archs.end()) archs.push_back(sm);
       if (item.size() == rest.size() || rest.find(',') == std::string_view::npos) break;
@@ -42,7 +52,7 @@ Result<Target> parse_target(std::string_view text) {
     return Target{"cuda", normal};
   }
   return invalid_argument("unknown target '" + std::string(text) +
-                          "' (this kiln builds for: cpu, cpu:x86-64-v2 .. cpu:x86-64-v4, cuda:sm_XX)");
+                          "' (this kiln builds for: cpu, cpu:x86-64-v2 .. cpu:x86-64-v4, cuda:sm_XX, cuda:compute_XX)");
 }
 
 }  // namespace kiln::builders

@@ -19,7 +19,11 @@ std::vector<int> cuda_archs_in(std::string_view target) {
   std::vector<int> out;
   for (size_t pos = 0; (pos = target.find("sm_", pos)) != std::string_view::npos; pos += 3)
     out.push_back(std::atoi(std::string(target.substr(pos + 3, 4)).c_str()));
+  if (auto pos = target.find("compute_"); pos != std::string_view::npos)
+    out.push_back(std::atoi(std::string(target.substr(pos + 8, 4)).c_str()));
   return out;
 }
+
+bool cuda_ptx_only(std::string_view target) { return target.find("compute_") != std::string_view::npos; }
 
 }  // namespace kiln

@@ -14,7 +14,10 @@ std::vector<std::string> cuda_toolkit_roots();
 // The first of them (where Clang's CUDA path finds libdevice).
 std::string cuda_toolkit_root();
 
-// "cuda:sm_80,sm_90" -> {80, 90}, in the order written (targets are normalised ascending).
+// "cuda:sm_80,sm_90" -> {80, 90}, in the order written (targets are normalised ascending);
+// "cuda:compute_90" -> {90}.
 std::vector<int> cuda_archs_in(std::string_view target);
+// True for a PTX-only target (cuda:compute_90): no cubins are made.
+bool cuda_ptx_only(std::string_view target);
 
 }  // namespace kiln

@@ -32,6 +32,10 @@ Result<ParsedArgs> parse_args(const std::vector<std::string>& args, const std::s
       name = a.substr(0, eq);
       value = a.substr(eq + 1);
       inline_value = true;
+    } else if (a[1] != '-' && a.size() > 2 && with_value.count(a.substr(0, 2))) {
+      name = a.substr(0, 2);  // a short option with its value attached: -j4, -ofile
+      value = a.substr(2);
+      inline_value = true;
     }
     if (with_value.count(name)) {
       if (!inline_value) {

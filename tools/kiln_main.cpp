@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <thread>
+#include <atomic>
+#include <mutex>
 
 #include "builders/ops.h"
 #include "builders/self_check.h"
@@ -67,7 +70,7 @@ options:
   --json             print one JSON object instead of text
 )";
 
-constexpr const char* k_warm_help = R"(usage: kiln warm [--target T]... [--spec-dir DIR]... [--check] [--json]
+constexpr const char* k_warm_help = R"(usage: kiln warm [--target T]... [--spec-dir DIR]... [-j N] [--check] [--json]
 
 Builds every spec in the spec folders for each target, so that later runs only hit the
 cache, and prints a table: op, target, cache (hit/miss), compile ms, check.
@@ -75,6 +78,7 @@ cache, and prints a table: op, target, cache (hit/miss), compile ms, check.
 options:
   --target T       a target to build for (repeatable; default: the accelerator's native)
   --spec-dir DIR   a folder of specs (repeatable; default $KILN_SPEC_PATH or the bundled specs)
+  -j, --jobs N     build N (spec, target) pairs at once (default: one per core)
   --check          also load each op and run its self-check (native targets only)
   --json           print a JSON array instead of a table
 )";
@@ -167,81 +171,103 @@ int cmd_run(const std::vector<std::string>& argv, const std::string& cache_dir) 
   return report->passed ? 0 : 1;
 }
 
+struct WarmRow {
+  std::string op, target, cache = "-", compile_ms = "-", check = "-";
+  std::string messages;  // for stderr, printed in table order once every row is done
+  bool ok = true;
+};
+
+// Builds (and with `check`, self-checks) one spec for one target.
+WarmRow warm_one(builders::Ops& ops, const std::string& file, const std::string& t, bool check) {
+  WarmRow row;
+  row.op = file;
+  row.target = t;
+  auto spec = builders::parse_spec_file(file);
+  auto fail_row = [&](const std::string& word, const std::string& message) {
+    row.check = word;
+    row.messages += message;
+    row.ok = false;
+    return row;
+  };
+  if (!spec.ok()) return fail_row("BAD SPEC", "kiln: error: " + spec.status().message() + "\n");
+  row.op = spec->name;
+  auto target = builders::parse_target(t);
+  if (!target.ok()) return fail_row("BAD TARGET", "kiln: error: " + target.status().message() + "\n");
+  row.target = target->str();
+  auto outcome = ops.build(*spec, *target);
+  if (!outcome.ok()) return fail_row("ERROR", "kiln: error: " + spec->name + ": " + outcome.status().message() + "\n");
+  for (auto& w : outcome->warnings) row.messages += "kiln: warning: " + w + "\n";
+  row.cache = cache_word(*outcome);
+  row.compile_ms = outcome->cache == CacheOutcome::kCompiled ? fixed(outcome->compile_ms) : "0.0";
+  if (!outcome->success) return fail_row("COMPILE ERROR", outcome->diagnostics_text());
+  if (!check) return row;
+  if (!spec->check) {
+    row.check = "no check";
+    return row;
+  }
+  if (auto acc = ops.accelerator_for(*target);
+      !acc.ok() || !(*acc)->can_load(builders::artifact_kind_for(*target), target->str()).ok()) {
+    row.check = "not runnable here";
+    return row;
+  }
+  // The artifact is in the cache now: get() loads it from there.
+  auto op = ops.get(spec->name, target->str());
+  auto report = op.ok() ? builders::run_self_check(ops, **op) : Result<builders::CheckReport>(op.status());
+  if (!report.ok()) return fail_row("ERROR", "kiln: error: " + spec->name + ": " + report.status().message() + "\n");
+  if (!report->passed) return fail_row("FAILED", "kiln: " + spec->name + ": " + report->message + "\n");
+  row.check = "ok";
+  return row;
+}
+
 int cmd_warm(const std::vector<std::string>& argv, const std::string& cache_dir) {
-  auto args = parse_args(argv, {"--target", "--spec-dir"}, {"--check", "--json", "--help", "-h"});
+  auto args = parse_args(argv, {"--target", "--spec-dir", "-j", "--jobs"}, {"--check", "--json", "--help", "-h"});
   if (!args.ok()) return usage_error(args.status().message(), k_warm_help);
   if (args->has("--help") || args->has("-h")) return std::cout << k_warm_help, 0;
   if (!args->positional.empty()) return usage_error("warm takes no positional arguments", k_warm_help);
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (auto j = args->value("-j", args->value("--jobs")); !j.empty()) {
+    char* end = nullptr;
+    long n = std::strtol(j.c_str(), &end, 10);
+    if (!end || *end || n < 1 || n > 256) return usage_error("-j needs a number of jobs from 1 to 256, not '" + j + "'", k_warm_help);
+    jobs = static_cast<unsigned>(n);
+  }
   auto ops_result = make_ops(*args, cache_dir);
   if (!ops_result.ok()) return fail(ops_result.status());
   builders::Ops& ops = **ops_result;
   std::vector<std::string> targets = args->all("--target");
   if (targets.empty()) targets.push_back(ops.accelerator().native_target());
+  for (auto& t : targets)
+    if (auto parsed = builders::parse_target(t); !parsed.ok()) return usage_error(parsed.status().message(), k_warm_help);
   std::vector<std::string> files = ops.spec_files();
   if (files.empty()) return fail(not_found("no specs (*.toml) in the spec folders"));
 
-  struct Row {
-    std::string op, target, cache, compile_ms, check;
-  };
-  std::vector<Row> rows;
-  bool all_ok = true;
-  size_t step = 0, steps = files.size() * targets.size();
-  for (auto& file : files) {
-    auto spec = builders::parse_spec_file(file);
-    for (auto& t : targets) {
-      ++step;
-      Row row{spec.ok() ? spec->name : file, t, "-", "-", "-"};
-      if (!spec.ok()) {
-        std::cerr << "kiln: error: " << spec.status().message() << "\n";
-        row.check = "BAD SPEC";
-        all_ok = false;
-        rows.push_back(row);
-        continue;
+  // Every (spec, target) is independent: `jobs` threads take them in order, as ninja -jN
+  // would run compilers, but in one process that loads each compiler once.
+  std::vector<std::pair<std::string, std::string>> work;
+  for (auto& file : files)
+    for (auto& t : targets) work.emplace_back(file, t);
+  std::vector<WarmRow> rows(work.size());
+  std::atomic<size_t> next{0};
+  std::mutex progress_mutex;
+  size_t started = 0;
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < work.size();) {
+      if (progress_enabled()) {
+        std::lock_guard lock(progress_mutex);
+        std::cerr << "[" << ++started << "/" << work.size() << "] " << work[i].first.substr(work[i].first.find_last_of('/') + 1)
+                  << " for " << work[i].second << "\n";
       }
-      if (progress_enabled()) std::cerr << "[" << step << "/" << steps << "] " << spec->name << " for " << t << "\n";
-      auto target = builders::parse_target(t);
-      if (!target.ok()) return fail(target.status());
-      row.target = target->str();
-      auto outcome = ops.build(*spec, *target);
-      if (!outcome.ok()) {
-        std::cerr << "kiln: error: " << spec->name << ": " << outcome.status().message() << "\n";
-        row.check = "ERROR";
-        all_ok = false;
-        rows.push_back(row);
-        continue;
-      }
-      print_warnings(*outcome);
-      row.cache = cache_word(*outcome);
-      row.compile_ms = outcome->cache == CacheOutcome::kCompiled ? fixed(outcome->compile_ms) : "0.0";
-      if (!outcome->success) {
-        std::cerr << outcome->diagnostics_text();
-        row.check = "COMPILE ERROR";
-        all_ok = false;
-      } else if (args->has("--check")) {
-        if (!spec->check) {
-          row.check = "no check";
-        } else if (auto acc = ops.accelerator_for(*target);
-                   !acc.ok() || !(*acc)->can_load(builders::artifact_kind_for(*target), target->str()).ok()) {
-          row.check = "not runnable here";
-        } else {
-          // The artifact is in the cache now: get() loads it from there.
-          auto op = ops.get(spec->name, target->str());
-          auto report = op.ok() ? builders::run_self_check(ops, **op) : Result<builders::CheckReport>(op.status());
-          if (!report.ok()) {
-            std::cerr << "kiln: error: " << spec->name << ": " << report.status().message() << "\n";
-            row.check = "ERROR";
-            all_ok = false;
-          } else {
-            row.check = report->passed ? "ok" : "FAILED";
-            if (!report->passed) {
-              std::cerr << "kiln: " << spec->name << ": " << report->message << "\n";
-              all_ok = false;
-            }
-          }
-        }
-      }
-      rows.push_back(row);
+      rows[i] = warm_one(ops, work[i].first, work[i].second, args->has("--check"));
     }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < std::min<size_t>(jobs, work.size()); ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  bool all_ok = true;
+  for (auto& r : rows) {
+    std::cerr << r.messages;
+    all_ok = all_ok && r.ok;
   }
   if (args->has("--json")) {
     std::cout << "[";

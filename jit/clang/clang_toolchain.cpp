@@ -339,14 +339,13 @@ class ClangToolchain final : public Toolchain {
     CudaModuleImage image;
     image.ptx_sm = archs.front();
     image.ptx.assign(ptx.bytes.data(), ptx.bytes.size());
-    for (int sm : archs) {
-      auto cubin = link_cubin(image.ptx, sm);
-      if (!cubin.ok()) {
-        result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, cubin.status().message()});
-        return done();
-      }
-      image.cubins[sm] = std::move(cubin).value();
+    auto cubins = cuda_ptx_only(request.target) ? Result<std::map<int, std::string>>(std::map<int, std::string>())
+                                                : link_cubins(image.ptx, archs);
+    if (!cubins.ok()) {
+      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, cubins.status().message()});
+      return done();
     }
+    image.cubins = std::move(cubins).value();
     // libdevice (read by the back end, not the preprocessor) is in the toolchain identity.
     result.artifact = encode_cuda_module(image);
     result.success = true;

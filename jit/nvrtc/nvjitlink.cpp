@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "support/cuda_toolkit.h"
@@ -107,6 +108,20 @@ Result<std::string> link_cubin(std::string_view ptx, int sm) {
   }
   l.destroy(&h);
   if (!st.ok()) return st;
+  return out;
+}
+
+Result<std::map<int, std::string>> link_cubins(std::string_view ptx, const std::vector<int>& archs) {
+  std::vector<Result<std::string>> linked(archs.size(), Result<std::string>(std::string()));
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < archs.size(); ++i) helpers.emplace_back([&, i] { linked[i] = link_cubin(ptx, archs[i]); });
+  if (!archs.empty()) linked[0] = link_cubin(ptx, archs[0]);
+  for (auto& t : helpers) t.join();
+  std::map<int, std::string> out;
+  for (size_t i = 0; i < archs.size(); ++i) {
+    if (!linked[i].ok()) return linked[i].status();
+    out[archs[i]] = std::move(linked[i]).value();
+  }
   return out;
 }
 

@@ -1,10 +1,12 @@
-// nvJitLink, loaded with dlopen: PTX -> cubin in the calling process (7-10 ms, no GPU).
+// nvJitLink, loaded with dlopen: PTX -> cubin in the calling process (10-20 ms, no GPU).
 // Used by both CUDA paths (NVRTC and Clang) to make a cubin per listed architecture from
 // one PTX.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "support/status.h"
 
@@ -19,5 +21,10 @@ std::string nvjitlink_identity();
 
 // The cubin for compute capability `sm` (e.g. 90) linked from `ptx`; errors carry its log.
 Result<std::string> link_cubin(std::string_view ptx, int sm);
+
+// A cubin for each of `archs` from one `ptx`, linked at once (one thread per architecture
+// beyond the first): ptxas inside nvJitLink is most of a CUDA compile (~17 ms of row_softmax's
+// ~40 for sm_90), and the links share nothing. The first error is returned.
+Result<std::map<int, std::string>> link_cubins(std::string_view ptx, const std::vector<int>& archs);
 
 }  // namespace kiln::jit

@@ -84,6 +84,29 @@ TEST_F(CudaCompileTest, AnArchitectureListGivesACubinPerArchitectureAndPtxForThe
   EXPECT_TRUE(pick_cuda_code(image, 75, &cubin, &used).empty());
 }
 
+TEST_F(CudaCompileTest, AComputeTargetIsPtxOnly) {
+  auto target = parse_target("cuda:compute_90");
+  ASSERT_TRUE(target.ok()) << target.status().message();
+  EXPECT_EQ(target->str(), "cuda:compute_90");
+  EXPECT_FALSE(parse_target("cuda:compute_9x").ok());
+  EXPECT_FALSE(parse_target("cuda:compute_").ok());
+  for (const char* toolchain : {"nvrtc", "clang"}) {
+    ::setenv("KILN_CUDA_TOOLCHAIN", toolchain, 1);
+    auto outcome = ops->build(ops->find_spec("row_softmax").value(), *target);
+    ::unsetenv("KILN_CUDA_TOOLCHAIN");
+    if (!outcome.ok()) {
+      EXPECT_STREQ(toolchain, "clang") << outcome.status().message();  // a node without the Clang library
+      continue;
+    }
+    ASSERT_TRUE(outcome->success) << toolchain << "\n" << outcome->diagnostics_text();
+    auto image = decode_cuda_module(outcome->artifact);
+    ASSERT_TRUE(image.ok());
+    EXPECT_TRUE(image->cubins.empty()) << toolchain;
+    EXPECT_EQ(image->ptx_sm, 90);
+    EXPECT_NE(image->ptx.find(".target sm_90"), std::string::npos) << toolchain;
+  }
+}
+
 TEST_F(CudaCompileTest, ACompileErrorComesBackWithItsLine) {
   testing::TempDir specs;
   specs.write("bad.toml", "name = \"bad\"\nlanguage = \"cpp\"\nsources = [\"bad.cpp\"]\n[[entry]]\nname = \"bad\"\n"
@@ -101,6 +124,29 @@ TEST_F(CudaCompileTest, ACompileErrorComesBackWithItsLine) {
   EXPECT_EQ(outcome.diagnostics[0].file, specs / "bad.cu");
   EXPECT_EQ(outcome.diagnostics[0].line, 2u);
   EXPECT_NE(outcome.diagnostics[0].message.find("undefined_thing"), std::string::npos);
+  // NVRTC compiles twice (--minimal, then without) before it gives up: the error is told once.
+  EXPECT_EQ(outcome.diagnostics.size(), 1u) << outcome.diagnostics_text();
+}
+
+TEST_F(CudaCompileTest, AKernelThatNeedsWhatMinimalLeavesOutStillCompiles) {
+  // Textures are among what NVRTC's --minimal omits: kiln compiles again without it.
+  testing::TempDir specs;
+  specs.write("tex.toml", "name = \"tex\"\nlanguage = \"cpp\"\nsources = [\"tex.cpp\"]\n[[entry]]\nname = \"tex\"\n"
+                          "params = [\"uint64_t t\", \"float* out\"]\n[cuda]\nsources = [\"tex.cu\"]\n");
+  specs.write("tex.cpp", "\n");
+  specs.write("tex.cu", "extern \"C\" __global__ void tex(cudaTextureObject_t t, float* out) {\n"
+                        "  out[threadIdx.x] = tex1Dfetch<float>(t, threadIdx.x);\n}\n");
+  OpsOptions o;
+  o.cache_dir = cache.path();
+  o.spec_dirs = {specs.path()};
+  o.accelerator = "cpu";
+  auto local = Ops::create(o).value();
+  auto outcome = local->build(local->find_spec("tex").value(), parse_target("cuda:sm_90").value()).value();
+  ASSERT_TRUE(outcome.success) << outcome.diagnostics_text();
+  EXPECT_TRUE(outcome.diagnostics.empty()) << outcome.diagnostics_text();
+  auto image = decode_cuda_module(outcome.artifact);
+  ASSERT_TRUE(image.ok());
+  EXPECT_NE(image->ptx.find("tex.1d"), std::string::npos);
 }
 
 TEST_F(CudaCompileTest, AnOlderGpuIsRefusedBeforeCompiling) {

@@ -125,6 +125,26 @@ TEST(CliTest, ColdBuildStartsNoCompilerOrLinkerProcess) {
   EXPECT_EQ(execs, 1u) << "only kiln itself may be executed:\n" << log;
 }
 
+TEST(CliTest, WarmInParallelBuildsEachPairOnceAndKeepsTheTableInOrder) {
+  testing::TempDir cache;
+  auto r = run_process(kiln({"--cache-dir", cache.path(), "warm", "-j3", "--check", "--target", "cpu", "--target",
+                             "cpu:x86-64-v2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Sorted by op, then targets in the order given, whatever order the jobs finished in.
+  std::regex rows("axpby +cpu:x86-64[-v0-9]* +miss.*\n"
+                  "axpby +cpu:x86-64-v2 +miss.*\n"
+                  "row_softmax +cpu:x86-64[-v0-9]* +miss.*\n"
+                  "row_softmax +cpu:x86-64-v2 +miss.*\n");
+  EXPECT_TRUE(std::regex_search(r.out, rows)) << r.out;
+  auto again = run_process(kiln({"--cache-dir", cache.path(), "warm", "--jobs", "2", "--target", "cpu:x86-64-v2"}));
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_EQ(again.out.find("miss"), std::string::npos) << again.out;
+  for (const char* bad : {"-j0", "-jmany", "-j"}) {
+    auto b = run_process(kiln({"warm", bad}));
+    EXPECT_EQ(b.exit_code, 2) << bad << b.err;
+  }
+}
+
 TEST(CliTest, DoctorReportsAcceleratorsToolchainsCacheAndEveryOp) {
   testing::TempDir cache;
   // vector_add cached for the native cpu target, the others not.

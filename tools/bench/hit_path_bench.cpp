@@ -4,6 +4,7 @@
 //                lookup, blob read, zstd decode, hash check
 //   disk + load  the same plus dlopen of the artifact from a memfd
 //   compile      the in-process Clang + lld compile of the same op, warm
+//   CUDA compile each bundled CUDA op to PTX and to cubin, through NVRTC and through Clang
 // Run: build/bin/kiln_bench (or tools/bench/run for this and the whole-process figures).
 #include <benchmark/benchmark.h>
 
@@ -87,25 +88,34 @@ void BM_WarmCompile(benchmark::State& state) {
 }
 BENCHMARK(BM_WarmCompile)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
-// One bundled CUDA op for sm_90 in a resident process (compare with `nvcc -cubin`, a
-// subprocess, in tools/bench/run): NVRTC to PTX + nvJitLink to a cubin, then the same op
-// through Clang's NVPTX back end (kiln's prelude, no CUDA headers) + nvJitLink.
-void BM_WarmCompileCuda(benchmark::State& state) {
-  auto spec = fixture().ops->find_spec("row_softmax").value();
-  auto request = make_build_request(spec, parse_target("cuda:sm_90").value()).value();
-  compile_repeatedly(state, jit::load_nvrtc_toolchain(), request);
+// Each bundled CUDA op compiled in a resident process (the toolchain already loaded, as in
+// a kiln process serving ops), to PTX only (cuda:compute_90) and to a cubin for sm_90 plus
+// PTX (cuda:sm_90), through NVRTC and through Clang's NVPTX back end (kiln's prelude, no CUDA
+// headers); nvJitLink makes the cubins. tools/bench/run times `nvcc -ptx` and `nvcc -cubin`
+// subprocesses on the same sources next to these. Named BM_CudaCompile/<op>/<path>/<output>.
+void register_cuda_compiles() {
+  for (const char* op : {"axpby", "row_softmax", "sum_reduce", "vector_add"})
+    for (const char* path : {"nvrtc", "clang"})
+      for (const char* output : {"ptx", "cubin"}) {
+        std::string name = std::string("BM_CudaCompile/") + op + "/" + path + "/" + output;
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+          auto spec = fixture().ops->find_spec(op).value();
+          spec.cuda->toolchain = path;
+          auto target = parse_target(std::string(output) == "ptx" ? "cuda:compute_90" : "cuda:sm_90").value();
+          auto request = make_build_request(spec, target).value();
+          compile_repeatedly(state, std::string(path) == "nvrtc" ? jit::load_nvrtc_toolchain() : jit::load_clang_toolchain(),
+                             request);
+        })->Unit(benchmark::kMillisecond)->MinTime(1.0);
+      }
 }
-BENCHMARK(BM_WarmCompileCuda)->Unit(benchmark::kMillisecond)->MinTime(2.0);
-
-void BM_WarmCompileCudaClang(benchmark::State& state) {
-  auto spec = fixture().ops->find_spec("row_softmax").value();
-  spec.cuda->toolchain = "clang";
-  auto request = make_build_request(spec, parse_target("cuda:sm_90").value()).value();
-  compile_repeatedly(state, jit::load_clang_toolchain(), request);
-}
-BENCHMARK(BM_WarmCompileCudaClang)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 }  // namespace
 }  // namespace kiln::builders
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  kiln::builders::register_cuda_compiles();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
