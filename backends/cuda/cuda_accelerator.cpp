@@ -413,7 +413,9 @@ Result<std::unique_ptr<runtime::Event>> CudaAccelerator::create_event() {
 
 Result<std::shared_ptr<runtime::Module>> CudaAccelerator::load_module(const runtime::ModuleImage& image) {
   KILN_RETURN_IF_ERROR(can_load(image.kind, image.target));
-  KILN_ASSIGN_OR_RETURN(CudaModuleImage m, decode_cuda_module(image.bytes));
+  auto decoded = decode_cuda_module(image.bytes);
+  if (!decoded.ok()) return Status(decoded.status().code(), image.label + ": " + decoded.status().message());
+  CudaModuleImage& m = decoded.value();
   KILN_RETURN_IF_ERROR(bind());
   // A cubin runs on its own major version at an equal or newer minor; otherwise the PTX of
   // an older compute capability is compiled by the driver for this GPU.
