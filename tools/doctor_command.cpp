@@ -48,7 +48,13 @@ struct ToolchainRow {
   bool available = false;
   std::string identity_or_reason;
   std::string where;
+  std::string version;  // from the loaded library: "nvrtc 13.0 (/usr/local/cuda/lib64/libnvrtc.so.13)"
 };
+
+// Loads the toolchain (it compiles nothing) for its own account of its version and file.
+std::string version_of(Result<jit::Toolchain*> toolchain) {
+  return toolchain.ok() ? (*toolchain)->version() : "not loadable: " + toolchain.status().message();
+}
 
 struct OpRow {
   std::string op, target;
@@ -92,11 +98,13 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
   // Toolchains.
   std::vector<ToolchainRow> toolchains;
   auto clang = jit::clang_toolchain_identity();
-  toolchains.push_back({"clang", clang.ok(), clang.ok() ? *clang : clang.status().message(), jit::clang_toolchain_library_path()});
+  toolchains.push_back({"clang", clang.ok(), clang.ok() ? *clang : clang.status().message(), jit::clang_toolchain_library_path(),
+                        clang.ok() ? version_of(jit::load_clang_toolchain()) : ""});
   auto nvrtc = jit::nvrtc_toolchain_identity();
   std::string nvrtc_where;
   for (auto& p : jit::nvrtc_search_paths()) nvrtc_where += (nvrtc_where.empty() ? "" : ", ") + (p.empty() ? "the loader's path" : p);
-  toolchains.push_back({"nvrtc", nvrtc.ok(), nvrtc.ok() ? *nvrtc : nvrtc.status().message(), "searched " + nvrtc_where});
+  toolchains.push_back({"nvrtc", nvrtc.ok(), nvrtc.ok() ? *nvrtc : nvrtc.status().message(), "searched " + nvrtc_where,
+                        nvrtc.ok() ? version_of(jit::load_nvrtc_toolchain()) : ""});
 
   // Cache and ops.
   builders::OpsOptions options;
@@ -175,7 +183,9 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
       auto& t = toolchains[i];
       o << (i ? "," : "") << "{\"name\":" << json_string(t.name) << ",\"available\":" << json_bool(t.available)
         << (t.available ? ",\"identity\":" : ",\"reason\":") << json_string(t.identity_or_reason)
-        << ",\"where\":" << json_string(t.where) << "}";
+        << ",\"where\":" << json_string(t.where);
+      if (!t.version.empty()) o << ",\"version\":" << json_string(t.version);
+      o << "}";
     }
     o << "],\"cache\":{\"folder\":" << json_string(cache_root);
     if (stats)
@@ -211,9 +221,11 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
   for (auto& e : plugin_errors) std::cout << "    error: " << e << "\n";
 
   std::cout << "\ntoolchains\n";
-  for (auto& t : toolchains)
-    std::cout << "  " << t.name << ": " << (t.available ? t.identity_or_reason : "unavailable: " + t.identity_or_reason)
-              << "\n    " << (t.name == "clang" ? "library " : "") << t.where << "\n";
+  for (auto& t : toolchains) {
+    std::cout << "  " << t.name << ": " << (t.available ? t.version : "unavailable: " + t.identity_or_reason) << "\n";
+    if (t.available) std::cout << "    identity (enters keys): " << t.identity_or_reason << "\n";
+    std::cout << "    " << (t.name == "clang" ? "library " : "") << t.where << "\n";
+  }
 
   std::cout << "\ncache\n  folder: " << cache_root << "\n";
   if (stats)

@@ -153,7 +153,8 @@ TEST(CliTest, DoctorReportsAcceleratorsToolchainsCacheAndEveryOp) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\* cpu +priority 0, built in: cpu:x86-64)"))) << r.out;
   EXPECT_NE(r.out.find("cuda  priority 100"), std::string::npos) << r.out;  // registered, shown even without a GPU
-  EXPECT_NE(r.out.find("clang: clang-inproc"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("clang: clang 22"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("identity (enters keys): clang-inproc"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("folder: " + cache.path()), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("remote tiers: none configured"), std::string::npos) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(vector_add +cpu:x86-64[-v0-9]* +yes +yes)"))) << r.out;
