@@ -90,9 +90,9 @@ Status load_plugin(const std::string& path) {
     return invalid_argument(path + " is not a kiln plug-in (it defines no " + k_plugin_abi_symbol + " and " +
                             k_plugin_init_symbol + "; see runtime/plugin.h)");
   }
-  if (*abi != k_plugin_abi_version) {
-    ::dlclose(handle);
-    return invalid_argument(path + " was built for kiln plug-in ABI " + std::to_string(*abi) + ", this kiln speaks " +
+  if (int version = *abi; version != k_plugin_abi_version) {
+    ::dlclose(handle);  // `abi` points into it: read before
+    return invalid_argument(path + " was built for kiln plug-in ABI " + std::to_string(version) + ", this kiln speaks " +
                             std::to_string(k_plugin_abi_version) + ": rebuild it against this kiln");
   }
   PluginHost host;

@@ -72,6 +72,14 @@ TEST(RegistryTest, FilesThatAreNotPluginsAreRefusedWithAReason) {
   Status not_plugin = load_plugin(KILN_NOT_A_PLUGIN);
   EXPECT_EQ(not_plugin.code(), StatusCode::kInvalidArgument) << not_plugin.message();
   EXPECT_NE(not_plugin.message().find("not a kiln plug-in"), std::string::npos) << not_plugin.message();
+  Status wrong_abi = load_plugin(KILN_WRONG_ABI_PLUGIN);
+  EXPECT_EQ(wrong_abi.code(), StatusCode::kInvalidArgument) << wrong_abi.message();
+  EXPECT_NE(wrong_abi.message().find("ABI 999"), std::string::npos) << wrong_abi.message();
+  EXPECT_NE(wrong_abi.message().find("rebuild it"), std::string::npos) << wrong_abi.message();
+  Status failing = load_plugin(KILN_FAILING_PLUGIN);
+  EXPECT_FALSE(failing.ok());
+  EXPECT_NE(failing.message().find("the frobnicator device is not plugged in"), std::string::npos) << failing.message();
+  EXPECT_NE(failing.message().find(KILN_FAILING_PLUGIN), std::string::npos) << failing.message();
   testing::TempDir dir;
   dir.write("garbage.so", "not an ELF file");
   Status garbage = load_plugin(dir / "garbage.so");
