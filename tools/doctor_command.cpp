@@ -111,6 +111,13 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
   options.cache_dir = cache_dir;
   for (auto& d : args->all("--spec-dir")) options.spec_dirs.push_back(d);
   auto ops = builders::Ops::create(options);
+  // A chosen accelerator that does not exist (a typo in KILN_ACCELERATOR) should not hide the
+  // cache and the ops: report them against the first one that works.
+  for (size_t i = 0; !ops.ok() && !chosen.ok() && i < accelerators.size(); ++i) {
+    if (!accelerators[i].info.available || !accelerators[i].error.empty()) continue;
+    options.accelerator = accelerators[i].info.name;
+    ops = builders::Ops::create(options);
+  }
   std::string cache_root = cache_dir.empty() ? cache::Store::default_root() : cache_dir;
   std::optional<cache::Statistics> stats;
   std::string cache_problem;
