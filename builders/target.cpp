@@ -27,8 +27,9 @@ Result<Target> parse_target(std::string_view text) {
       std::string_view digits = arch.substr(8);
       bool ok = digits.size() >= 2 && digits.size() <= 3;
       for (char c : digits) ok = ok && c >= '0' && c <= '9';
-      if (!ok) return invalid_argument("CUDA target '" + std::string(text) + "': PTX-only targets read cuda:compute_90");
-      return Target{"cuda", "compute_" + std::to_string(std::atoi(std::string(digits).c_str()))};
+      int sm = ok ? std::atoi(std::string(digits).c_str()) : 0;
+      if (sm < 10) return invalid_argument("CUDA target '" + std::string(text) + "': PTX-only targets read cuda:compute_90");
+      return Target{"cuda", "compute_" + std::to_string(sm)};
     }
     std::vector<int> archs;
     std::string_view rest = arch;
@@ -41,7 +42,9 @@ Result<Target> parse_target(std::string_view text) {
         return invalid_argument("CUDA target '" + std::string(text) +
                                 "' needs architectures such as cuda:sm_90, cuda:sm_80,sm_90,sm_100 or cuda:compute_90 "
                                 "(PTX only)");
-      int sm = std::atoi(std::string(item.substr(3)).c_str());
+      int sm = ok ? std::atoi(std::string(item.substr(3)).c_str()) : 0;
+      if (sm < 10)  // compute capabilities have a major and a minor digit: sm_00 is no GPU
+        return invalid_argument("CUDA target '" + std::string(text) + "' names no GPU architecture: use e.g. cuda:sm_90");
       if (std::find(archs.begin(), archs.end(), sm) == archs.end()) archs.push_back(sm);
       if (item.size() == rest.size() || rest.find(',') == std::string_view::npos) break;
       rest.remove_prefix(rest.find(',') + 1);
