@@ -76,12 +76,11 @@ Status CpuAccelerator::supports(runtime::Capability c) const {
     case Capability::kPinnedMemory:
       return unavailable("cpu: device memory is host memory, so no copy needs page-locked memory; allocate_host "
                          "returns ordinary memory");
-    case Capability::kGraphEvents:
-      return unavailable("cpu: graphs capture launches, copies and memsets; record and wait are refused while capturing");
     case Capability::kExternalProfiler:
       return unavailable("cpu: profiling ranges are kept and timed by kiln; no external profiler is attached");
     case Capability::kEventTiming:
     case Capability::kGraphs:
+    case Capability::kGraphEvents:
       return {};
     case Capability::kFloat16:
     case Capability::kBFloat16:

@@ -1,5 +1,6 @@
 #include "backends/cpu/cpu_stream.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace kiln::backends::cpu {
@@ -170,7 +171,7 @@ void CpuStream::execute(const Command& c, void* const* params) {
     case Op::kMemset: std::memset(c.dst, c.value, c.bytes); break;
     case Op::kRecord: c.event->complete(c.ticket); break;
     case Op::kWait: c.event->wait_for(c.ticket); break;
-    case Op::kGraph: c.graph->replay(*this); break;
+    case Op::kGraph: c.graph->replay(*this, c); break;
   }
 }
 
@@ -251,16 +252,21 @@ Status CpuStream::memset_async(void* dst, int value, size_t bytes) {
 
 Status CpuStream::refuse_while_capturing(const char* what) const {
   if (!m_capturing) return {};
-  return unavailable(std::string("cpu: ") + what +
-                     " on a stream that is capturing a graph is not supported (the cpu backend captures "
-                     "launches, copies and memsets only)");
+  return unavailable(std::string("cpu: ") + what + " on a stream that is capturing a graph is not supported");
 }
 
 Status CpuStream::record(runtime::Event& event) {
   auto* e = dynamic_cast<CpuEvent*>(&event);
   if (!e) return invalid_argument("record: the event belongs to another accelerator");
   std::unique_lock lock(m_mutex);
-  KILN_RETURN_IF_ERROR(refuse_while_capturing("recording an event"));
+  if (m_capturing) {
+    // Its ticket is taken when the graph is launched, as a record made then would take it.
+    Command c{};
+    c.op = Op::kRecord;
+    c.event = e;
+    m_captured.push_back(c);
+    return {};
+  }
   Command& c = reserve(lock);
   c.op = Op::kRecord;
   c.event = e;
@@ -272,10 +278,17 @@ Status CpuStream::record(runtime::Event& event) {
 Status CpuStream::wait(runtime::Event& event) {
   auto* e = dynamic_cast<CpuEvent*>(&event);
   if (!e) return invalid_argument("wait: the event belongs to another accelerator");
-  // Waits for the latest record made before this call, as cuStreamWaitEvent does.
+  // Waits for the latest record made before this call, as cuStreamWaitEvent does (in a
+  // graph: before the graph's launch).
   uint64_t ticket = e->last_recorded();
   std::unique_lock lock(m_mutex);
-  KILN_RETURN_IF_ERROR(refuse_while_capturing("waiting for an event"));
+  if (m_capturing) {
+    Command c{};
+    c.op = Op::kWait;
+    c.event = e;
+    m_captured.push_back(c);
+    return {};
+  }
   Command& c = reserve(lock);
   c.op = Op::kWait;
   c.event = e;
@@ -312,7 +325,12 @@ Result<std::unique_ptr<runtime::Graph>> CpuStream::end_capture() {
   std::lock_guard lock(m_mutex);
   if (!m_capturing) return invalid_argument("end_capture: the stream is not capturing (call begin_capture first)");
   m_capturing = false;
-  return std::unique_ptr<runtime::Graph>(new CpuGraph(std::exchange(m_captured, {})));
+  auto nodes = std::exchange(m_captured, {});
+  size_t event_nodes = std::count_if(nodes.begin(), nodes.end(), [](auto& c) { return c.op == Op::kRecord || c.op == Op::kWait; });
+  if (event_nodes > k_max_graph_event_nodes)
+    return unavailable("cpu: a graph may record or wait for events " + std::to_string(k_max_graph_event_nodes) +
+                       " times; this capture did " + std::to_string(event_nodes));
+  return std::unique_ptr<runtime::Graph>(new CpuGraph(std::move(nodes)));
 }
 
 Status CpuStream::launch_graph(CpuGraph& graph) {
@@ -325,6 +343,14 @@ Status CpuStream::launch_graph(CpuGraph& graph) {
   Command& c = reserve(lock);
   c.op = Op::kGraph;
   c.graph = &graph;
+  // This launch's tickets for the graph's event nodes, in node order, kept in the command's
+  // argument bytes (a graph launch has no arguments of its own): a record takes a new ticket
+  // now, a wait the latest one recorded by now.
+  for (size_t j = 0; j < graph.m_event_nodes.size(); ++j) {
+    const Command& node = graph.m_nodes[graph.m_event_nodes[j]];
+    uint64_t ticket = node.op == Op::kRecord ? node.event->begin_record() : node.event->last_recorded();
+    std::memcpy(c.arg_bytes.data() + j * sizeof(uint64_t), &ticket, sizeof ticket);
+  }
   publish(lock);
   return {};
 }
@@ -333,9 +359,11 @@ Status CpuStream::launch_graph(CpuGraph& graph) {
 
 CpuGraph::CpuGraph(std::vector<CpuStream::Command> nodes) : m_nodes(std::move(nodes)), m_params(m_nodes.size()) {
   // Resolve each launch's parameter pointers once; replays only call.
-  for (size_t n = 0; n < m_nodes.size(); ++n)
+  for (size_t n = 0; n < m_nodes.size(); ++n) {
     for (size_t i = 0; i < m_nodes[n].num_params && m_nodes[n].op == CpuStream::Op::kLaunch; ++i)
       m_params[n][i] = m_nodes[n].arg_bytes.data() + m_nodes[n].offsets[i];
+    if (m_nodes[n].op == CpuStream::Op::kRecord || m_nodes[n].op == CpuStream::Op::kWait) m_event_nodes.push_back(n);
+  }
 }
 
 CpuGraph::~CpuGraph() {
@@ -349,8 +377,19 @@ Status CpuGraph::launch(runtime::Stream& stream) {
   return s->launch_graph(*this);
 }
 
-void CpuGraph::replay(CpuStream& stream) {
-  for (size_t n = 0; n < m_nodes.size(); ++n) stream.execute(m_nodes[n], m_params[n].data());
+void CpuGraph::replay(CpuStream& stream, const CpuStream::Command& launch) {
+  size_t event_index = 0;
+  for (size_t n = 0; n < m_nodes.size(); ++n) {
+    const auto& node = m_nodes[n];
+    if (node.op == CpuStream::Op::kRecord || node.op == CpuStream::Op::kWait) {
+      uint64_t ticket;
+      std::memcpy(&ticket, launch.arg_bytes.data() + event_index++ * sizeof(uint64_t), sizeof ticket);
+      if (node.op == CpuStream::Op::kRecord) node.event->complete(ticket);
+      else node.event->wait_for(ticket);
+      continue;
+    }
+    stream.execute(node, m_params[n].data());
+  }
   // Under the lock, as in CpuEvent::complete: the destructor may run the moment it can see 0.
   std::lock_guard lock(m_mutex);
   --m_in_flight;

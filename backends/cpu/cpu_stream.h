@@ -4,8 +4,8 @@
 // commands live in a fixed ring with the launch arguments stored inline, so queueing a
 // launch allocates nothing. Maps to CUstream; CpuEvent maps to CUevent.
 //
-// Graphs: between begin_capture() and end_capture() a stream records launches, copies and
-// memsets instead of queueing them. The CpuGraph that comes back holds those commands with
+// Graphs: between begin_capture() and end_capture() a stream records launches, copies,
+// memsets, event records and waits instead of queueing them. The CpuGraph that comes back holds those commands with
 // each launch's parameter pointers already resolved; launching it queues one command that
 // runs them all on the stream's thread: one hand-off between threads instead of one per
 // launch. Maps to CUgraphExec.
@@ -50,6 +50,8 @@ class CpuEvent final : public runtime::Event {
 // kernels here take a handful of pointers and scalars).
 inline constexpr size_t k_max_arg_bytes = 512;
 inline constexpr size_t k_max_params = 64;
+// Event records and waits one graph may hold: a launch keeps their tickets in its command.
+inline constexpr size_t k_max_graph_event_nodes = k_max_arg_bytes / sizeof(uint64_t);
 
 class CpuGraph;
 class CpuStream;
@@ -146,10 +148,11 @@ class CpuGraph final : public runtime::Graph {
  private:
   friend class CpuStream;
   explicit CpuGraph(std::vector<CpuStream::Command> nodes);
-  // Called on a stream's thread.
-  void replay(CpuStream& stream);
+  // Called on a stream's thread; `launch` is the kGraph command with this launch's tickets.
+  void replay(CpuStream& stream, const CpuStream::Command& launch);
 
   std::vector<CpuStream::Command> m_nodes;
+  std::vector<size_t> m_event_nodes;  // indices of the record and wait nodes, in order
   std::vector<std::array<void*, k_max_params>> m_params;  // per node, resolved once
   // Replays queued and not yet finished: the destructor waits for them.
   std::mutex m_mutex;
