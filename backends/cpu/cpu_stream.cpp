@@ -258,43 +258,25 @@ Status CpuStream::refuse_while_capturing(const char* what) const {
 Status CpuStream::record(runtime::Event& event) {
   auto* e = dynamic_cast<CpuEvent*>(&event);
   if (!e) return invalid_argument("record: the event belongs to another accelerator");
-  std::unique_lock lock(m_mutex);
-  if (m_capturing) {
-    // Its ticket is taken when the graph is launched, as a record made then would take it.
-    Command c{};
+  return submit_or_capture([&](Command& c) {
     c.op = Op::kRecord;
     c.event = e;
-    m_captured.push_back(c);
-    return {};
-  }
-  Command& c = reserve(lock);
-  c.op = Op::kRecord;
-  c.event = e;
-  c.ticket = e->begin_record();
-  publish(lock);
-  return {};
+    // Captured, its ticket is taken when the graph is launched, as a record made then would.
+    c.ticket = m_capturing ? 0 : e->begin_record();
+  });
 }
 
 Status CpuStream::wait(runtime::Event& event) {
   auto* e = dynamic_cast<CpuEvent*>(&event);
   if (!e) return invalid_argument("wait: the event belongs to another accelerator");
   // Waits for the latest record made before this call, as cuStreamWaitEvent does (in a
-  // graph: before the graph's launch).
+  // graph: before the graph's launch, resolved then).
   uint64_t ticket = e->last_recorded();
-  std::unique_lock lock(m_mutex);
-  if (m_capturing) {
-    Command c{};
+  return submit_or_capture([&](Command& c) {
     c.op = Op::kWait;
     c.event = e;
-    m_captured.push_back(c);
-    return {};
-  }
-  Command& c = reserve(lock);
-  c.op = Op::kWait;
-  c.event = e;
-  c.ticket = ticket;
-  publish(lock);
-  return {};
+    c.ticket = ticket;
+  });
 }
 
 Status CpuStream::synchronize() {
