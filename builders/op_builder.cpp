@@ -337,9 +337,10 @@ Result<std::vector<runtime::KernelSignature>> decode_kernels(std::string_view te
     text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
     size_t colon = item.find(':');
     if (colon == std::string_view::npos || colon == 0) return Status(StatusCode::kDataLoss, "bad kernel list in artifact metadata");
-    std::string_view names = item.substr(0, colon);
-    runtime::KernelSignature sig{std::string(names.substr(0, names.find('='))), {}, ""};
-    if (names.find('=') != std::string_view::npos) sig.symbol = std::string(names.substr(names.find('=') + 1));
+    std::string_view names = item.substr(0, colon);  // "name" or "name=symbol"
+    size_t eq = names.find('=');
+    runtime::KernelSignature sig{std::string(names.substr(0, eq)), {}, ""};
+    if (eq != std::string_view::npos) sig.symbol = std::string(names.substr(eq + 1));
     std::string_view sizes = item.substr(colon + 1);
     while (!sizes.empty()) {
       size_t comma = sizes.find(',');

@@ -133,19 +133,24 @@ void Ops::warn_once(const std::string& kind, const std::string& message) {
 
 // Direct lookup: the manifest of the last compile of these inputs names the headers it
 // read; their current content completes the key. No compiler is involved.
-bool Ops::lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out) {
-  if (!m_store) return false;
+std::optional<Hash128> Ops::artifact_key_from_manifest(const OpSpec& spec, const KeyParts& input) {
+  if (!m_store) return std::nullopt;
   auto manifest_text = m_store->get_manifest(input.key);
-  if (!manifest_text.ok() || !manifest_text->has_value()) return false;
+  if (!manifest_text.ok() || !manifest_text->has_value()) return std::nullopt;
   auto manifest = decode_manifest(**manifest_text);
-  if (!manifest.ok()) return false;
+  if (!manifest.ok()) return std::nullopt;
   auto current = rehash_manifest(manifest.value(), spec);
-  if (!current) return false;  // a header is gone: compile, and learn the new list
-  KeyParts key = artifact_key(input, *current);
-  auto hit = m_store->get(key.key);
+  if (!current) return std::nullopt;  // a header is gone: compile, and learn the new list
+  return artifact_key(input, *current).key;
+}
+
+bool Ops::lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out) {
+  std::optional<Hash128> key = artifact_key_from_manifest(spec, input);
+  if (!key) return false;
+  auto hit = m_store->get(*key);
   if (!hit.ok() || !hit->has_value()) return false;
   cache::Artifact& a = **hit;
-  out.key = key.key;
+  out.key = *key;
   out.cache = CacheOutcome::kDisk;
   out.log = a.record.log;
   if (a.record.kind == "compile-error") {
@@ -179,15 +184,10 @@ Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
 }
 
 Result<std::optional<cache::ArtifactRecord>> Ops::cached_record(const OpSpec& spec, const Target& target) {
-  if (!m_store) return std::optional<cache::ArtifactRecord>();
   KILN_ASSIGN_OR_RETURN(Inputs in, inputs_for(spec, target));
-  KILN_ASSIGN_OR_RETURN(std::optional<std::string> manifest_text, m_store->get_manifest(in.key.key));
-  if (!manifest_text) return std::optional<cache::ArtifactRecord>();
-  auto manifest = decode_manifest(*manifest_text);
-  if (!manifest.ok()) return std::optional<cache::ArtifactRecord>();
-  auto current = rehash_manifest(manifest.value(), spec);
-  if (!current) return std::optional<cache::ArtifactRecord>();
-  return m_store->record(artifact_key(in.key, *current).key);
+  std::optional<Hash128> key = artifact_key_from_manifest(spec, in.key);
+  if (!key) return std::optional<cache::ArtifactRecord>();
+  return m_store->record(*key);
 }
 
 Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {

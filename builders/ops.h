@@ -142,6 +142,9 @@ class Ops {
  private:
   Ops() = default;
   Result<std::shared_ptr<LoadedOp>> load(const std::string& op, const Target& target);
+  // The artifact key the stored manifest of `input` leads to with the headers as they are
+  // now; nullopt without a cache, a manifest, or when a header it names is gone.
+  std::optional<Hash128> artifact_key_from_manifest(const OpSpec& spec, const KeyParts& input);
   // Fills `out` from the cache (an artifact or a cached failure); false on a miss.
   bool lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out);
   // Prints `message` the first time a warning of this `kind` comes up in this Ops.

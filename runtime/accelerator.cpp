@@ -2,7 +2,6 @@
 // the calling thread's current stream, per-device random-number state and profiling ranges.
 #include "runtime/accelerator.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -86,11 +85,20 @@ thread_local ThreadState t_state;
 }  // namespace
 
 struct Accelerator::Shared {
+  struct Generator {
+    RngState state;
+    uint64_t initial_seed = 0;
+  };
   mutable std::mutex mutex;
   // Per device; a device appears on its first use. Seed 0 until seeded (as in PyTorch's
   // default generator before torch.manual_seed, a fixed start keeps runs reproducible).
-  std::map<int, RngState> rng;
-  std::map<int, uint64_t> initial_seed;
+  std::map<int, Generator> generators;
+
+  // The generator of `device` as it stands (a default one when never used); under `mutex`.
+  Generator peek(int device) const {
+    auto it = generators.find(device);
+    return it == generators.end() ? Generator{} : it->second;
+  }
 };
 
 Accelerator::Accelerator() : m_shared(std::make_unique<Shared>()) {}
@@ -137,17 +145,13 @@ void Accelerator::set_current_stream(Stream* stream) { t_state.of(this).current_
 
 void Accelerator::manual_seed(uint64_t seed) {
   std::lock_guard lock(m_shared->mutex);
-  m_shared->rng[current_device()] = RngState{seed, 0};
-  m_shared->initial_seed[current_device()] = seed;
+  m_shared->generators[current_device()] = {RngState{seed, 0}, seed};
 }
 
 void Accelerator::manual_seed_all(uint64_t seed) {
   int n = std::max(1, device_count());
   std::lock_guard lock(m_shared->mutex);
-  for (int d = 0; d < n; ++d) {
-    m_shared->rng[d] = RngState{seed, 0};
-    m_shared->initial_seed[d] = seed;
-  }
+  for (int d = 0; d < n; ++d) m_shared->generators[d] = {RngState{seed, 0}, seed};
 }
 
 uint64_t Accelerator::seed() {
@@ -159,24 +163,22 @@ uint64_t Accelerator::seed() {
 
 uint64_t Accelerator::initial_seed() const {
   std::lock_guard lock(m_shared->mutex);
-  auto it = m_shared->initial_seed.find(current_device());
-  return it == m_shared->initial_seed.end() ? 0 : it->second;
+  return m_shared->peek(current_device()).initial_seed;
 }
 
 RngState Accelerator::get_rng_state() const {
   std::lock_guard lock(m_shared->mutex);
-  auto it = m_shared->rng.find(current_device());
-  return it == m_shared->rng.end() ? RngState{} : it->second;
+  return m_shared->peek(current_device()).state;
 }
 
 void Accelerator::set_rng_state(const RngState& state) {
   std::lock_guard lock(m_shared->mutex);
-  m_shared->rng[current_device()] = state;
+  m_shared->generators[current_device()].state = state;
 }
 
 RngState Accelerator::reserve_random(uint64_t count) {
   std::lock_guard lock(m_shared->mutex);
-  RngState& s = m_shared->rng[current_device()];
+  RngState& s = m_shared->generators[current_device()].state;
   RngState out = s;
   s.offset += (count + 3) / 4;
   return out;

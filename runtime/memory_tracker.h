@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <map>
+#include <mutex>
 
 #include "runtime/accelerator.h"
 
@@ -55,7 +55,8 @@ class MemoryTracker {
 
  private:
   mutable std::mutex m_mutex;
-  std::map<const void*, std::pair<uint64_t, uint64_t>, std::less<>> m_sizes;  // ordered: contains() finds interior pointers
+  // Ordered, so contains() finds interior pointers: (asked, reserved) bytes per allocation.
+  std::map<const void*, std::pair<uint64_t, uint64_t>, std::less<>> m_sizes;
   uint64_t m_allocated = 0, m_peak = 0, m_reserved = 0, m_peak_reserved = 0;
 };
 

@@ -13,12 +13,25 @@
 namespace kiln::runtime {
 namespace {
 
+struct Backend {
+  BackendRegistration registration;
+  std::string origin;  // "built in", or the plug-in's path
+};
+
 struct Registry {
   std::mutex mutex;
-  std::map<std::string, BackendRegistration> backends;
-  std::map<std::string, std::string> origins;
+  std::map<std::string, Backend> backends;
   std::map<std::string, std::unique_ptr<Accelerator>> created;
   std::vector<std::string> plugin_errors;
+
+  // Highest priority first; equal priorities by name.
+  std::vector<const Backend*> by_priority() const {
+    std::vector<const Backend*> out;
+    for (auto& [_, b] : backends) out.push_back(&b);
+    std::stable_sort(out.begin(), out.end(),
+                     [](auto* a, auto* b) { return a->registration.priority > b->registration.priority; });
+    return out;
+  }
 };
 
 Registry& registry() {
@@ -66,14 +79,13 @@ Status register_backend(BackendRegistration registration, bool replace_existing)
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   if (registration.name.empty() || !registration.create) return invalid_argument("a backend needs a name and a factory");
-  if (r.backends.count(registration.name) && !replace_existing)
-    return invalid_argument("backend '" + registration.name + "' is already registered (" +
-                            r.origins[registration.name] + "); pass replace_existing to override it");
+  if (auto it = r.backends.find(registration.name); it != r.backends.end() && !replace_existing)
+    return invalid_argument("backend '" + registration.name + "' is already registered (" + it->second.origin +
+                            "); pass replace_existing to override it");
   if (r.created.count(registration.name))
     return invalid_argument("backend '" + registration.name + "' is already in use and cannot be replaced");
   std::string name = registration.name;
-  r.backends[name] = std::move(registration);
-  r.origins[name] = t_loading_plugin ? *t_loading_plugin : "built in";
+  r.backends[name] = Backend{std::move(registration), t_loading_plugin ? *t_loading_plugin : "built in"};
   return {};
 }
 
@@ -127,11 +139,11 @@ std::vector<BackendInfo> backend_infos() {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   std::vector<BackendInfo> out;
-  for (auto& [n, b] : r.backends) {
-    Status st = b.is_available ? b.is_available() : Status{};
-    out.push_back({n, b.priority, st.ok(), st.message(), r.origins[n]});
+  for (const Backend* b : r.by_priority()) {
+    const auto& reg = b->registration;
+    Status st = reg.is_available ? reg.is_available() : Status{};
+    out.push_back({reg.name, reg.priority, st.ok(), st.message(), b->origin});
   }
-  std::stable_sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.priority > b.priority; });
   return out;
 }
 
@@ -143,13 +155,14 @@ Result<Accelerator*> get_accelerator(const std::string& requested) {
   if (name.empty()) {
     if (const char* env = std::getenv("KILN_ACCELERATOR"); env && *env) name = env;
   }
+  bool probed = false;  // auto-detection has already found it available
   if (name.empty()) {
-    std::vector<const BackendRegistration*> order;
-    for (auto& [_, b] : r.backends) order.push_back(&b);
-    std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->priority > b->priority; });
-    for (auto* b : order) {
-      if (!b->is_available || b->is_available().ok()) {
-        name = b->name;
+    for (const Backend* b : r.by_priority()) {
+      const auto& reg = b->registration;
+      // One already made is available: no need to probe the device again.
+      if (r.created.count(reg.name) || !reg.is_available || reg.is_available().ok()) {
+        name = reg.name;
+        probed = true;
         break;
       }
     }
@@ -161,11 +174,12 @@ Result<Accelerator*> get_accelerator(const std::string& requested) {
     std::string hint = r.plugin_errors.empty() ? "" : " (a plug-in failed to load: " + r.plugin_errors.front() + ")";
     return not_found("no accelerator named '" + name + "' (registered: " + names_of(r) + ")" + hint);
   }
-  if (it->second.is_available) {
-    if (Status st = it->second.is_available(); !st.ok())
+  const auto& reg = it->second.registration;
+  if (reg.is_available && !probed) {
+    if (Status st = reg.is_available(); !st.ok())
       return unavailable("accelerator '" + name + "' is not available here: " + st.message());
   }
-  auto made = it->second.create();
+  auto made = reg.create();
   if (!made.ok()) return made.status();
   Accelerator* acc = made.value().get();
   r.created[name] = std::move(made).value();

@@ -7,21 +7,13 @@
 #include <cerrno>
 #include <cstring>
 
+#include "support/hash.h"
+
 namespace kiln {
 namespace {
 
 bool read_at(int fd, void* out, size_t size, off_t offset) {
   return ::pread(fd, out, size, offset) == static_cast<ssize_t>(size);
-}
-
-std::string hex(const unsigned char* p, size_t n) {
-  static const char d[] = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    s += d[p[i] >> 4];
-    s += d[p[i] & 15];
-  }
-  return s;
 }
 
 }  // namespace
@@ -51,7 +43,7 @@ Result<std::string> elf_build_id(const std::string& path) {
       size_t next = desc_at + ((nh.n_descsz + 3) & ~3u);
       if (next > notes.size()) break;
       if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && std::memcmp(notes.data() + name_at, "GNU", 4) == 0)
-        return hex(reinterpret_cast<const unsigned char*>(notes.data() + desc_at), nh.n_descsz);
+        return to_hex(notes.data() + desc_at, nh.n_descsz);
       pos = next;
     }
   }

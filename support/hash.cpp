@@ -27,15 +27,18 @@ Hash128 Hasher128::digest() const {
   return from_canonical(XXH3_128bits_digest(static_cast<XXH3_state_t*>(m_state)));
 }
 
-std::string Hash128::hex() const {
+std::string to_hex(const void* data, size_t size) {
   static const char kDigits[] = "0123456789abcdef";
-  std::string s(32, '0');
-  for (size_t i = 0; i < 16; ++i) {
-    s[2 * i] = kDigits[bytes[i] >> 4];
-    s[2 * i + 1] = kDigits[bytes[i] & 15];
+  auto* p = static_cast<const uint8_t*>(data);
+  std::string s(2 * size, '0');
+  for (size_t i = 0; i < size; ++i) {
+    s[2 * i] = kDigits[p[i] >> 4];
+    s[2 * i + 1] = kDigits[p[i] & 15];
   }
   return s;
 }
+
+std::string Hash128::hex() const { return to_hex(bytes.data(), bytes.size()); }
 
 std::optional<Hash128> Hash128::from_hex(std::string_view hex) {
   if (hex.size() != 32) return std::nullopt;

@@ -20,6 +20,9 @@ struct Hash128 {
   auto operator<=>(const Hash128&) const = default;
 };
 
+// Lower-case hex digits of `size` bytes (Hash128::hex, ELF build ids).
+std::string to_hex(const void* data, size_t size);
+
 Hash128 xxh3_128(const void* data, size_t size);
 inline Hash128 xxh3_128(std::string_view s) { return xxh3_128(s.data(), s.size()); }
 

@@ -144,13 +144,15 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
     std::sort(targets.begin(), targets.end());
     targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
 
+    std::vector<Result<builders::Target>> parsed_targets;
+    for (auto& t : targets) parsed_targets.push_back(builders::parse_target(t));
     for (auto& file : (*ops)->spec_files()) {
       auto spec = builders::parse_spec_file(file);
-      for (auto& t : targets) {
+      for (size_t i = 0; i < targets.size(); ++i) {
         OpRow row;
         row.op = spec.ok() ? spec->name : file;
-        row.target = t;
-        auto target = builders::parse_target(t);
+        row.target = targets[i];
+        const auto& target = parsed_targets[i];
         Status compatible = !spec.ok() ? spec.status() : !target.ok() ? target.status() : builders::is_compatible(*spec, *target);
         row.compatible = compatible.ok();
         row.reason = compatible.message();
@@ -168,7 +170,7 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
 
   if (args->has("--json")) {
     std::ostringstream o;
-    o << "{\"version\":\"0.1.0\",\"accelerators\":[";
+    o << "{\"version\":\"" KILN_VERSION "\",\"accelerators\":[";
     for (size_t i = 0; i < accelerators.size(); ++i) {
       auto& a = accelerators[i];
       o << (i ? "," : "") << "{\"name\":" << json_string(a.info.name) << ",\"priority\":" << a.info.priority
@@ -213,7 +215,7 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
     return 0;
   }
 
-  std::cout << "kiln 0.1.0\n\naccelerators (highest priority first, * = chosen)\n";
+  std::cout << "kiln " KILN_VERSION "\n\naccelerators (highest priority first, * = chosen)\n";
   for (auto& a : accelerators) {
     std::cout << (a.chosen ? "  * " : "    ") << a.info.name << "  priority " << a.info.priority << ", " << a.info.origin;
     if (!a.info.available) std::cout << ": unavailable: " << a.info.reason << "\n";

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <sstream>
-#include <thread>
 #include <atomic>
 #include <mutex>
+#include <sstream>
+#include <thread>
 
 #include "builders/ops.h"
 #include "builders/self_check.h"
@@ -177,12 +177,21 @@ struct WarmRow {
   bool ok = true;
 };
 
+// One (spec, target) pair of `kiln warm`: the spec file, its parse, the target as given and parsed.
+struct WarmItem {
+  const std::string* file;
+  const Result<builders::OpSpec>* spec;
+  const std::string* target_text;
+  const builders::Target* target;
+};
+
 // Builds (and with `check`, self-checks) one spec for one target.
-WarmRow warm_one(builders::Ops& ops, const std::string& file, const std::string& t, bool check) {
+WarmRow warm_one(builders::Ops& ops, const WarmItem& item, bool check) {
   WarmRow row;
-  row.op = file;
-  row.target = t;
-  auto spec = builders::parse_spec_file(file);
+  row.op = *item.file;
+  row.target = *item.target_text;
+  const auto& spec = *item.spec;
+  const builders::Target& target = *item.target;
   auto fail_row = [&](const std::string& word, const std::string& message) {
     row.check = word;
     row.messages += message;
@@ -191,10 +200,8 @@ WarmRow warm_one(builders::Ops& ops, const std::string& file, const std::string&
   };
   if (!spec.ok()) return fail_row("BAD SPEC", "kiln: error: " + spec.status().message() + "\n");
   row.op = spec->name;
-  auto target = builders::parse_target(t);
-  if (!target.ok()) return fail_row("BAD TARGET", "kiln: error: " + target.status().message() + "\n");
-  row.target = target->str();
-  auto outcome = ops.build(*spec, *target);
+  row.target = target.str();
+  auto outcome = ops.build(*spec, target);
   if (!outcome.ok()) return fail_row("ERROR", "kiln: error: " + spec->name + ": " + outcome.status().message() + "\n");
   for (auto& w : outcome->warnings) row.messages += "kiln: warning: " + w + "\n";
   row.cache = cache_word(*outcome);
@@ -205,13 +212,13 @@ WarmRow warm_one(builders::Ops& ops, const std::string& file, const std::string&
     row.check = "no check";
     return row;
   }
-  if (auto acc = ops.accelerator_for(*target);
-      !acc.ok() || !(*acc)->can_load(builders::artifact_kind_for(*target), target->str()).ok()) {
+  if (auto acc = ops.accelerator_for(target);
+      !acc.ok() || !(*acc)->can_load(builders::artifact_kind_for(target), target.str()).ok()) {
     row.check = "not runnable here";
     return row;
   }
   // The artifact is in the cache now: get() loads it from there.
-  auto op = ops.get(spec->name, target->str());
+  auto op = ops.get(spec->name, target.str());
   auto report = op.ok() ? builders::run_self_check(ops, **op) : Result<builders::CheckReport>(op.status());
   if (!report.ok()) return fail_row("ERROR", "kiln: error: " + spec->name + ": " + report.status().message() + "\n");
   if (!report->passed) return fail_row("FAILED", "kiln: " + spec->name + ": " + report->message + "\n");
@@ -236,16 +243,22 @@ int cmd_warm(const std::vector<std::string>& argv, const std::string& cache_dir)
   builders::Ops& ops = **ops_result;
   std::vector<std::string> targets = args->all("--target");
   if (targets.empty()) targets.push_back(ops.accelerator().native_target());
-  for (auto& t : targets)
-    if (auto parsed = builders::parse_target(t); !parsed.ok()) return usage_error(parsed.status().message(), k_warm_help);
+  std::vector<builders::Target> parsed_targets;
+  for (auto& t : targets) {
+    auto parsed = builders::parse_target(t);
+    if (!parsed.ok()) return usage_error(parsed.status().message(), k_warm_help);
+    parsed_targets.push_back(*parsed);
+  }
   std::vector<std::string> files = ops.spec_files();
   if (files.empty()) return fail(not_found("no specs (*.toml) in the spec folders"));
+  std::vector<Result<builders::OpSpec>> specs;
+  for (auto& file : files) specs.push_back(builders::parse_spec_file(file));
 
   // Every (spec, target) is independent: `jobs` threads take them in order, as ninja -jN
   // would run compilers, but in one process that loads each compiler once.
-  std::vector<std::pair<std::string, std::string>> work;
-  for (auto& file : files)
-    for (auto& t : targets) work.emplace_back(file, t);
+  std::vector<WarmItem> work;
+  for (size_t f = 0; f < files.size(); ++f)
+    for (size_t t = 0; t < targets.size(); ++t) work.push_back({&files[f], &specs[f], &targets[t], &parsed_targets[t]});
   std::vector<WarmRow> rows(work.size());
   std::atomic<size_t> next{0};
   std::mutex progress_mutex;
@@ -254,10 +267,11 @@ int cmd_warm(const std::vector<std::string>& argv, const std::string& cache_dir)
     for (size_t i; (i = next.fetch_add(1)) < work.size();) {
       if (progress_enabled()) {
         std::lock_guard lock(progress_mutex);
-        std::cerr << "[" << ++started << "/" << work.size() << "] " << work[i].first.substr(work[i].first.find_last_of('/') + 1)
-                  << " for " << work[i].second << "\n";
+        const std::string& file = *work[i].file;
+        std::cerr << "[" << ++started << "/" << work.size() << "] " << file.substr(file.find_last_of('/') + 1) << " for "
+                  << *work[i].target_text << "\n";
       }
-      rows[i] = warm_one(ops, work[i].first, work[i].second, args->has("--check"));
+      rows[i] = warm_one(ops, work[i], args->has("--check"));
     }
   };
   std::vector<std::thread> threads;
@@ -324,7 +338,7 @@ int run_main(int argc, char** argv) {
   while (i < args.size() && args[i].size() > 1 && args[i][0] == '-') {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") return std::cout << k_main_help, 0;
-    if (a == "--version") return std::cout << "kiln 0.1.0\n", 0;
+    if (a == "--version") return std::cout << "kiln " KILN_VERSION "\n", 0;
     if (a == "--cache-dir" && i + 1 < args.size()) {
       cache_dir = args[i + 1];
       i += 2;

@@ -1,6 +1,5 @@
 #include "backends/cpu/cpu_stream.h"
 
-#include <algorithm>
 #include <cstring>
 
 namespace kiln::backends::cpu {
@@ -204,18 +203,7 @@ Status CpuStream::launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature
   if (grid.count() == 0 || block.count() == 0)
     return invalid_argument("kernel " + sig.name + ": grid and block dimensions must be at least 1");
   if (num_args > k_max_params) return invalid_argument("kernel " + sig.name + ": too many parameters");
-  std::unique_lock lock(m_mutex);
-  if (m_capturing) {
-    Command c{};
-    KILN_RETURN_IF_ERROR(pack_launch(c, entry, sig, grid, block, args, num_args));
-    m_captured.push_back(c);
-    return {};
-  }
-  Command& c = reserve(lock);
-  // A failed pack leaves the reserved slot unpublished: the next reserve reuses it.
-  KILN_RETURN_IF_ERROR(pack_launch(c, entry, sig, grid, block, args, num_args));
-  publish(lock);
-  return {};
+  return submit_or_capture([&](Command& c) { return pack_launch(c, entry, sig, grid, block, args, num_args); });
 }
 
 template <typename Fill>
@@ -223,11 +211,12 @@ Status CpuStream::submit_or_capture(Fill&& fill) {
   std::unique_lock lock(m_mutex);
   if (m_capturing) {
     Command c{};
-    fill(c);
+    KILN_RETURN_IF_ERROR(fill(c));
     m_captured.push_back(c);
     return {};
   }
-  fill(reserve(lock));
+  // A failed fill leaves the reserved slot unpublished: the next reserve reuses it.
+  KILN_RETURN_IF_ERROR(fill(reserve(lock)));
   publish(lock);
   return {};
 }
@@ -238,6 +227,7 @@ Status CpuStream::copy_async(void* dst, const void* src, size_t bytes) {
     c.dst = dst;
     c.src = src;
     c.bytes = bytes;
+    return Status{};
   });
 }
 
@@ -247,12 +237,8 @@ Status CpuStream::memset_async(void* dst, int value, size_t bytes) {
     c.dst = dst;
     c.value = value;
     c.bytes = bytes;
+    return Status{};
   });
-}
-
-Status CpuStream::refuse_while_capturing(const char* what) const {
-  if (!m_capturing) return {};
-  return unavailable(std::string("cpu: ") + what + " on a stream that is capturing a graph is not supported");
 }
 
 Status CpuStream::record(runtime::Event& event) {
@@ -263,6 +249,7 @@ Status CpuStream::record(runtime::Event& event) {
     c.event = e;
     // Captured, its ticket is taken when the graph is launched, as a record made then would.
     c.ticket = m_capturing ? 0 : e->begin_record();
+    return Status{};
   });
 }
 
@@ -276,12 +263,13 @@ Status CpuStream::wait(runtime::Event& event) {
     c.op = Op::kWait;
     c.event = e;
     c.ticket = ticket;
+    return Status{};
   });
 }
 
 Status CpuStream::synchronize() {
   std::unique_lock lock(m_mutex);
-  KILN_RETURN_IF_ERROR(refuse_while_capturing("synchronize"));
+  if (m_capturing) return unavailable("cpu: synchronize on a stream that is capturing a graph is not supported");
   uint64_t target = m_tail;
   if (m_head >= target) return {};
   lock.unlock();
@@ -307,12 +295,11 @@ Result<std::unique_ptr<runtime::Graph>> CpuStream::end_capture() {
   std::lock_guard lock(m_mutex);
   if (!m_capturing) return invalid_argument("end_capture: the stream is not capturing (call begin_capture first)");
   m_capturing = false;
-  auto nodes = std::exchange(m_captured, {});
-  size_t event_nodes = std::count_if(nodes.begin(), nodes.end(), [](auto& c) { return c.op == Op::kRecord || c.op == Op::kWait; });
-  if (event_nodes > k_max_graph_event_nodes)
+  std::unique_ptr<CpuGraph> graph(new CpuGraph(std::exchange(m_captured, {})));
+  if (graph->m_event_nodes.size() > k_max_graph_event_nodes)
     return unavailable("cpu: a graph may record or wait for events " + std::to_string(k_max_graph_event_nodes) +
-                       " times; this capture did " + std::to_string(event_nodes));
-  return std::unique_ptr<runtime::Graph>(new CpuGraph(std::move(nodes)));
+                       " times; this capture did " + std::to_string(graph->m_event_nodes.size()));
+  return std::unique_ptr<runtime::Graph>(std::move(graph));
 }
 
 Status CpuStream::launch_graph(CpuGraph& graph) {

@@ -5,10 +5,10 @@
 // launch allocates nothing. Maps to CUstream; CpuEvent maps to CUevent.
 //
 // Graphs: between begin_capture() and end_capture() a stream records launches, copies,
-// memsets, event records and waits instead of queueing them. The CpuGraph that comes back holds those commands with
-// each launch's parameter pointers already resolved; launching it queues one command that
-// runs them all on the stream's thread: one hand-off between threads instead of one per
-// launch. Maps to CUgraphExec.
+// memsets, event records and waits instead of queueing them. The CpuGraph that comes back
+// holds those commands with each launch's parameter pointers already resolved; launching it
+// queues one command that runs them all on the stream's thread: one hand-off between threads
+// instead of one per launch. Maps to CUgraphExec.
 #pragma once
 
 #include <array>
@@ -113,11 +113,10 @@ class CpuStream final : public runtime::Stream {
   Command& reserve(std::unique_lock<std::mutex>& lock);
   void publish(std::unique_lock<std::mutex>& lock);
   void serve();
-  // Fills a command in the ring, or in the capture while capturing.
+  // Every command goes through here: `fill` (Status(Command&), called under m_mutex) fills a
+  // slot of the ring, or, while capturing, a command kept for the graph.
   template <typename Fill>
   Status submit_or_capture(Fill&& fill);
-  // Under m_mutex while capturing: the command goes to the capture, not the ring.
-  Status refuse_while_capturing(const char* what) const;
 
   WorkerPool& m_pool;
   std::mutex m_mutex;

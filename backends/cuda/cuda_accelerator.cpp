@@ -170,7 +170,7 @@ class CudaModule final : public runtime::Module {
     if (m_acc.bind().ok()) m_acc.drv().cuModuleUnload(m_module);
   }
   Result<runtime::Kernel*> kernel(std::string_view name) override {
-    auto it = m_kernels.find(std::string(name));
+    auto it = m_kernels.find(name);
     if (it == m_kernels.end()) return not_found(m_label + " has no kernel named '" + std::string(name) + "'");
     return static_cast<runtime::Kernel*>(it->second.get());
   }
@@ -187,7 +187,7 @@ class CudaModule final : public runtime::Module {
   const CudaAccelerator& m_acc;
   void* m_module;
   std::string m_label;
-  std::map<std::string, std::unique_ptr<CudaKernel>> m_kernels;
+  std::map<std::string, std::unique_ptr<CudaKernel>, std::less<>> m_kernels;
 };
 
 // The oldest compute capability of a target such as cuda:sm_80,sm_90 (lists are sorted).

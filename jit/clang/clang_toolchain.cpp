@@ -318,7 +318,8 @@ class ClangToolchain final : public Toolchain {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "the Clang CUDA path compiles one source"});
       return done();
     }
-    if (cuda_archs_in(request.target).empty()) {
+    std::vector<int> archs = cuda_archs_in(request.target);
+    if (archs.empty()) {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "no architecture in target " + request.target});
       return done();
     }
@@ -335,12 +336,10 @@ class ClangToolchain final : public Toolchain {
     result.diagnostics = consumer.take_diagnostics();
     result.log = consumer.text();
     if (!ok) return done();
-    std::vector<int> archs = cuda_archs_in(request.target);
     CudaModuleImage image;
     image.ptx_sm = archs.front();
     image.ptx.assign(ptx.bytes.data(), ptx.bytes.size());
-    auto cubins = cuda_ptx_only(request.target) ? Result<std::map<int, std::string>>(std::map<int, std::string>())
-                                                : link_cubins(image.ptx, archs);
+    auto cubins = cubins_for_target(image.ptx, request.target);
     if (!cubins.ok()) {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, cubins.status().message()});
       return done();

@@ -26,9 +26,12 @@ struct Api {
 };
 constexpr int k_input_ptx = 2;  // NVJITLINK_INPUT_PTX
 
-std::vector<std::string> folders() {
+// Where nvJitLink is looked for, in order: each toolkit folder, then the loader's path.
+std::vector<std::string> candidates() {
   std::vector<std::string> out;
-  for (auto& root : cuda_toolkit_roots()) out.push_back(root + "/lib64/");
+  for (auto& root : cuda_toolkit_roots())
+    for (const char* name : {"libnvJitLink.so.13", "libnvJitLink.so.12"}) out.push_back(root + "/lib64/" + name);
+  out.push_back("libnvJitLink.so.13");
   return out;
 }
 
@@ -38,10 +41,8 @@ bool g_ok = false;
 
 void load() {
   void* h = nullptr;
-  for (auto& dir : folders())
-    for (const char* name : {"libnvJitLink.so.13", "libnvJitLink.so.12"})
-      if (!h) h = ::dlopen((dir + name).c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) h = ::dlopen("libnvJitLink.so.13", RTLD_NOW | RTLD_LOCAL);
+  for (auto& path : candidates())
+    if (!h) h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) return;
   // CUDA 13's header calls versioned entry points; older libraries have only the plain ones.
   auto sym = [&](const char* versioned, const char* plain) {
@@ -69,14 +70,12 @@ bool nvjitlink_available() {
 
 std::string nvjitlink_identity() {
   static const std::string id = [] {
-    for (auto& dir : folders()) {
-      for (const char* name : {"libnvJitLink.so.13", "libnvJitLink.so.12"}) {
-        std::error_code ec;
-        auto real = std::filesystem::canonical(dir + name, ec);
-        if (ec) continue;
-        auto build = elf_build_id(real.string());
-        return ";" + real.filename().string() + "=" + (build.ok() ? build.value() : "no-build-id");
-      }
+    for (auto& path : candidates()) {
+      std::error_code ec;
+      auto real = std::filesystem::canonical(path, ec);  // a bare name (the loader's path) has no file here
+      if (ec) continue;
+      auto build = elf_build_id(real.string());
+      return ";" + real.filename().string() + "=" + (build.ok() ? build.value() : "no-build-id");
     }
     return std::string();
   }();
@@ -109,6 +108,11 @@ Result<std::string> link_cubin(std::string_view ptx, int sm) {
   l.destroy(&h);
   if (!st.ok()) return st;
   return out;
+}
+
+Result<std::map<int, std::string>> cubins_for_target(std::string_view ptx, const std::string& target) {
+  if (cuda_ptx_only(target)) return std::map<int, std::string>();  // the driver compiles the PTX at load
+  return link_cubins(ptx, cuda_archs_in(target));
 }
 
 Result<std::map<int, std::string>> link_cubins(std::string_view ptx, const std::vector<int>& archs) {

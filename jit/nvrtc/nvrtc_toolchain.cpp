@@ -51,10 +51,9 @@ std::string identity_for(const std::string& real_path) {
 // True when the first #include of `text` names its header in <...>.
 bool first_include_is_angled(std::string_view text) {
   for (size_t pos = 0; (pos = text.find("#include", pos)) != std::string_view::npos; pos += 8) {
-    size_t line_start = text.rfind('\n', pos);
-    std::string_view before = text.substr(line_start == std::string_view::npos ? 0 : line_start + 1,
-                                          pos - (line_start == std::string_view::npos ? 0 : line_start + 1));
-    if (before.find_first_not_of(" \t") != std::string_view::npos) continue;  // not at the start of a line
+    size_t line = text.rfind('\n', pos);
+    line = line == std::string_view::npos ? 0 : line + 1;
+    if (text.find_first_not_of(" \t", line) != pos) continue;  // not the first thing on its line
     size_t open = text.find_first_not_of(" \t", pos + 8);
     return open != std::string_view::npos && text[open] == '<';
   }
@@ -122,10 +121,8 @@ class NvrtcToolchain final : public Toolchain {
     image.ptx_sm = archs.front();
     if (!run(request, "-arch=compute_" + std::to_string(archs.front()), /*cubin=*/false, image.ptx, result))
       return finish(result, start);
-    if (cuda_ptx_only(request.target)) {
-      // PTX only: the driver compiles it when the module loads.
-    } else if (nvjitlink_available()) {
-      auto cubins = link_cubins(image.ptx, archs);
+    if (cuda_ptx_only(request.target) || nvjitlink_available()) {
+      auto cubins = cubins_for_target(image.ptx, request.target);
       if (!cubins.ok()) {
         result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, cubins.status().message()});
         return finish(result, start);

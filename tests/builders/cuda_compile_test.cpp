@@ -23,6 +23,21 @@ class CudaCompileTest : public ::testing::Test {
     o.accelerator = "cpu";
     ops = Ops::create(o).value();
   }
+  // Writes a one-off op `name` into `specs` (its parameters as a TOML array's items, its CUDA
+  // source `cu`, an empty CPU source) and builds it for cuda:sm_90.
+  BuildOutcome build_one_off(const testing::TempDir& specs, const std::string& name, const std::string& params,
+                             const std::string& cu) {
+    specs.write(name + ".toml", "name = \"" + name + "\"\nlanguage = \"cpp\"\nsources = [\"" + name + ".cpp\"]\n[[entry]]\n" +
+                                    "name = \"" + name + "\"\nparams = [" + params + "]\n[cuda]\nsources = [\"" + name + ".cu\"]\n");
+    specs.write(name + ".cpp", "\n");
+    specs.write(name + ".cu", cu);
+    OpsOptions o;
+    o.cache_dir = cache.path();
+    o.spec_dirs = {specs.path()};
+    o.accelerator = "cpu";
+    auto local = Ops::create(o).value();
+    return local->build(local->find_spec(name).value(), parse_target("cuda:sm_90").value()).value();
+  }
   testing::TempDir cache;
   std::unique_ptr<Ops> ops;
 };
@@ -109,16 +124,8 @@ TEST_F(CudaCompileTest, AComputeTargetIsPtxOnly) {
 
 TEST_F(CudaCompileTest, ACompileErrorComesBackWithItsLine) {
   testing::TempDir specs;
-  specs.write("bad.toml", "name = \"bad\"\nlanguage = \"cpp\"\nsources = [\"bad.cpp\"]\n[[entry]]\nname = \"bad\"\n"
-                          "params = [\"float* x\"]\n[cuda]\nsources = [\"bad.cu\"]\n");
-  specs.write("bad.cpp", "\n");
-  specs.write("bad.cu", "extern \"C\" __global__ void bad(float* x) {\n  x[0] = undefined_thing;\n}\n");
-  OpsOptions o;
-  o.cache_dir = cache.path();
-  o.spec_dirs = {specs.path()};
-  o.accelerator = "cpu";
-  auto local = Ops::create(o).value();
-  auto outcome = local->build(local->find_spec("bad").value(), parse_target("cuda:sm_90").value()).value();
+  auto outcome = build_one_off(specs, "bad", "\"float* x\"",
+                               "extern \"C\" __global__ void bad(float* x) {\n  x[0] = undefined_thing;\n}\n");
   EXPECT_FALSE(outcome.success);
   ASSERT_FALSE(outcome.diagnostics.empty());
   EXPECT_EQ(outcome.diagnostics[0].file, specs / "bad.cu");
@@ -131,17 +138,9 @@ TEST_F(CudaCompileTest, ACompileErrorComesBackWithItsLine) {
 TEST_F(CudaCompileTest, AKernelThatNeedsWhatMinimalLeavesOutStillCompiles) {
   // Textures are among what NVRTC's --minimal omits: kiln compiles again without it.
   testing::TempDir specs;
-  specs.write("tex.toml", "name = \"tex\"\nlanguage = \"cpp\"\nsources = [\"tex.cpp\"]\n[[entry]]\nname = \"tex\"\n"
-                          "params = [\"uint64_t t\", \"float* out\"]\n[cuda]\nsources = [\"tex.cu\"]\n");
-  specs.write("tex.cpp", "\n");
-  specs.write("tex.cu", "extern \"C\" __global__ void tex(cudaTextureObject_t t, float* out) {\n"
-                        "  out[threadIdx.x] = tex1Dfetch<float>(t, threadIdx.x);\n}\n");
-  OpsOptions o;
-  o.cache_dir = cache.path();
-  o.spec_dirs = {specs.path()};
-  o.accelerator = "cpu";
-  auto local = Ops::create(o).value();
-  auto outcome = local->build(local->find_spec("tex").value(), parse_target("cuda:sm_90").value()).value();
+  auto outcome = build_one_off(specs, "tex", "\"uint64_t t\", \"float* out\"",
+                               "extern \"C\" __global__ void tex(cudaTextureObject_t t, float* out) {\n"
+                               "  out[threadIdx.x] = tex1Dfetch<float>(t, threadIdx.x);\n}\n");
   ASSERT_TRUE(outcome.success) << outcome.diagnostics_text();
   EXPECT_TRUE(outcome.diagnostics.empty()) << outcome.diagnostics_text();
   auto image = decode_cuda_module(outcome.artifact);

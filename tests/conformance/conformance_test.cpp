@@ -83,6 +83,12 @@ class AcceleratorConformance : public ::testing::TestWithParam<std::string> {
     if (acc)
       for (void* p : m_buffers) acc->deallocate(p);
   }
+  // A device buffer of n floats, each `value`.
+  float* device_filled(size_t n, float value) {
+    float* p = device_floats(n);
+    write(p, std::vector<float>(n, value));
+    return p;
+  }
   std::vector<float> read(const float* device, size_t n) {
     std::vector<float> out(n);
     EXPECT_TRUE(acc->copy(out.data(), device, n * sizeof(float)).ok());
@@ -182,12 +188,11 @@ TEST_P(AcceleratorConformance, HostMemoryIsPinnedExactlyWhenTheBackendSaysSo) {
 
 TEST_P(AcceleratorConformance, StreamsRunTheirWorkInOrder) {
   constexpr size_t n = 1 << 15;
-  float* a = device_floats(n);
+  float* a = device_filled(n, 3.0f);
   float* b = device_floats(n);
   auto s = acc->create_stream();
   ASSERT_TRUE(s.ok()) << s.status().message();
   std::vector<float> host(n, 3.0f);
-  write(a, host);
   // memset b, copy a->b, memset a: only in order does b end as 3s and a as 0s.
   ASSERT_TRUE((*s)->memset_async(b, 0xff, n * sizeof(float)).ok());
   ASSERT_TRUE((*s)->copy_async(b, a, n * sizeof(float)).ok());
@@ -200,9 +205,8 @@ TEST_P(AcceleratorConformance, StreamsRunTheirWorkInOrder) {
 
 TEST_P(AcceleratorConformance, EventsOrderWorkAcrossStreamsAndTimeIt) {
   constexpr size_t n = 1 << 20;
-  float* a = device_floats(n);
+  float* a = device_filled(n, 1.5f);
   float* b = device_floats(n);
-  write(a, std::vector<float>(n, 1.5f));
   auto s1 = acc->create_stream();
   auto s2 = acc->create_stream();
   auto start = acc->create_event();
@@ -230,9 +234,8 @@ TEST_P(AcceleratorConformance, EventsOrderWorkAcrossStreamsAndTimeIt) {
 
 TEST_P(AcceleratorConformance, SynchronizeWaitsForEveryStream) {
   constexpr size_t n = 1 << 22;
-  float* a = device_floats(n);
+  float* a = device_filled(n, 2.0f);
   float* b = device_floats(n);
-  write(a, std::vector<float>(n, 2.0f));
   auto s = acc->create_stream();
   ASSERT_TRUE(s.ok());
   float* c = device_floats(16);

@@ -10,6 +10,7 @@
 #include "backends/cuda/cuda_driver.h"
 #include "builders/ops.h"
 #include "support/cuda_module_format.h"
+#include "tools/bench/bench_util.h"
 
 namespace kiln {
 namespace {
@@ -50,6 +51,13 @@ struct Setup {
     d.cuModuleGetFunction(&bare_function, module, "vector_add");
     d.cuStreamCreate(&bare_stream, 1);
   }
+  // vector_add with n = 0: one block of one thread that returns at once.
+  Status launch_empty(runtime::Stream& s) const {
+    void* null = nullptr;
+    long long n = 0;
+    const void* args[] = {&null, &null, &null, &n};
+    return kernel->launch(s, {1, 1, 1}, {1, 1, 1}, args, 4);
+  }
 };
 
 Setup& setup() {
@@ -57,15 +65,14 @@ Setup& setup() {
   return s;
 }
 
+auto launch_empty = [](runtime::Stream& stream) { return setup().launch_empty(stream); };
+
 void BM_KilnLaunch(benchmark::State& state) {
   auto& s = setup();
   if (!s.error.empty()) return state.SkipWithError(s.error.c_str());
-  void* null = nullptr;
-  long long n = 0;
-  const void* args[] = {&null, &null, &null, &n};
   int i = 0;
   for (auto _ : state) {
-    if (!s.kernel->launch(*s.stream, {1, 1, 1}, {1, 1, 1}, args, 4).ok()) return state.SkipWithError("launch failed");
+    if (!s.launch_empty(*s.stream).ok()) return state.SkipWithError("launch failed");
     if (++i % 1000 == 0) (void)s.stream->synchronize();
   }
   (void)s.stream->synchronize();
@@ -93,30 +100,14 @@ BENCHMARK(BM_BareCuLaunchKernel);
 void BM_100Launches(benchmark::State& state) {
   auto& s = setup();
   if (!s.error.empty()) return state.SkipWithError(s.error.c_str());
-  void* null = nullptr;
-  long long n = 0;
-  const void* args[] = {&null, &null, &null, &n};
-  for (auto _ : state) {
-    for (int i = 0; i < 100; ++i) (void)s.kernel->launch(*s.stream, {1, 1, 1}, {1, 1, 1}, args, 4);
-    (void)s.stream->synchronize();
-  }
+  bench::launches_then_synchronize(state, *s.stream, launch_empty, 100);
 }
 BENCHMARK(BM_100Launches)->Unit(benchmark::kMicrosecond);
 
 void BM_GraphOf100Launches(benchmark::State& state) {
   auto& s = setup();
   if (!s.error.empty()) return state.SkipWithError(s.error.c_str());
-  void* null = nullptr;
-  long long n = 0;
-  const void* args[] = {&null, &null, &null, &n};
-  if (!s.stream->begin_capture().ok()) return state.SkipWithError("capture failed");
-  for (int i = 0; i < 100; ++i) (void)s.kernel->launch(*s.stream, {1, 1, 1}, {1, 1, 1}, args, 4);
-  auto graph = s.stream->end_capture();
-  if (!graph.ok()) return state.SkipWithError(graph.status().message().c_str());
-  for (auto _ : state) {
-    (void)(*graph)->launch(*s.stream);
-    (void)s.stream->synchronize();
-  }
+  bench::graph_of_launches(state, *s.stream, launch_empty, 100);
 }
 BENCHMARK(BM_GraphOf100Launches)->Unit(benchmark::kMicrosecond);
 

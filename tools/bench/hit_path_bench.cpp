@@ -9,34 +9,28 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
-#include <filesystem>
 
 #include "builders/ops.h"
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "jit/toolchain_loader.h"
+#include "tools/bench/bench_util.h"
 
 namespace kiln::builders {
 namespace {
 
 struct Fixture {
-  std::string cache_dir;
+  bench::TempCacheDir cache;
   std::unique_ptr<Ops> ops;
   OpSpec spec;
   Target target;
 
   Fixture() {
-    char pattern[] = "/tmp/kiln-bench-XXXXXX";
-    cache_dir = ::mkdtemp(pattern);
     OpsOptions o;
-    o.cache_dir = cache_dir;
+    o.cache_dir = cache.path;
     ops = Ops::create(o).value();
     spec = ops->find_spec("vector_add").value();
     target = parse_target("cpu").value();
     if (!ops->build(spec, target).value().success) std::abort();  // fills the cache
-  }
-  ~Fixture() {
-    std::error_code ec;
-    std::filesystem::remove_all(cache_dir, ec);
   }
 };
 

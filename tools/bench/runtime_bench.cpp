@@ -17,12 +17,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <thread>
 #include <vector>
 
 #include "builders/ops.h"
-#include "runtime/registry.h"
+#include "tools/bench/bench_util.h"
 
 namespace kiln {
 namespace {
@@ -31,7 +30,7 @@ constexpr size_t k_vector_bytes = size_t{256} << 20;
 constexpr int64_t k_vector_floats = k_vector_bytes / sizeof(float);
 
 struct Fixture {
-  std::string cache_dir;
+  bench::TempCacheDir cache;
   std::unique_ptr<builders::Ops> ops;
   runtime::Accelerator* acc = nullptr;
   runtime::Kernel* empty = nullptr;
@@ -39,10 +38,8 @@ struct Fixture {
   float* scratch = nullptr;
 
   Fixture() {
-    char pattern[] = "/tmp/kiln-runtime-bench-XXXXXX";
-    cache_dir = ::mkdtemp(pattern);
     builders::OpsOptions o;
-    o.cache_dir = cache_dir;
+    o.cache_dir = cache.path;
     o.accelerator = "cpu";
     o.spec_dirs = {KILN_BENCH_SPEC_DIR, builders::Ops::bundled_spec_dir()};
     ops = builders::Ops::create(o).value();
@@ -50,10 +47,6 @@ struct Fixture {
     empty = ops->get("empty").value()->kernel().value();
     vector_add = ops->get("vector_add").value()->kernel().value();
     scratch = static_cast<float*>(acc->allocate(64).value());
-  }
-  ~Fixture() {
-    std::error_code ec;
-    std::filesystem::remove_all(cache_dir, ec);
   }
   Status launch_empty(runtime::Stream& s) {
     const void* args[] = {&scratch};
@@ -66,14 +59,11 @@ Fixture& fixture() {
   return f;
 }
 
+auto launch_empty = [](runtime::Stream& s) { return fixture().launch_empty(s); };
+
 void BM_CpuLaunchEmpty(benchmark::State& state) {
-  auto& f = fixture();
-  auto stream = f.acc->create_stream().value();
-  for (auto _ : state) {
-    for (int i = 0; i < 1000; ++i)
-      if (!f.launch_empty(*stream).ok()) state.SkipWithError("launch failed");
-    (void)stream->synchronize();
-  }
+  auto stream = fixture().acc->create_stream().value();
+  bench::launches_then_synchronize(state, *stream, launch_empty, 1000);
   state.SetItemsProcessed(state.iterations() * 1000);
   state.counters["ns_per_launch"] =
       benchmark::Counter(static_cast<double>(state.iterations()) * 1000, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
@@ -81,25 +71,14 @@ void BM_CpuLaunchEmpty(benchmark::State& state) {
 BENCHMARK(BM_CpuLaunchEmpty)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_Cpu100Launches(benchmark::State& state) {
-  auto& f = fixture();
-  auto stream = f.acc->create_stream().value();
-  for (auto _ : state) {
-    for (int i = 0; i < 100; ++i) (void)f.launch_empty(*stream);
-    (void)stream->synchronize();
-  }
+  auto stream = fixture().acc->create_stream().value();
+  bench::launches_then_synchronize(state, *stream, launch_empty, 100);
 }
 BENCHMARK(BM_Cpu100Launches)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_CpuGraphOf100Launches(benchmark::State& state) {
-  auto& f = fixture();
-  auto stream = f.acc->create_stream().value();
-  (void)stream->begin_capture();
-  for (int i = 0; i < 100; ++i) (void)f.launch_empty(*stream);
-  auto graph = stream->end_capture().value();
-  for (auto _ : state) {
-    (void)graph->launch(*stream);
-    (void)stream->synchronize();
-  }
+  auto stream = fixture().acc->create_stream().value();
+  bench::graph_of_launches(state, *stream, launch_empty, 100);
 }
 BENCHMARK(BM_CpuGraphOf100Launches)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
