@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <set>
 
-#include "builders/file_hash_cache.h"
 #include "cache/cache_key.h"
 #include "kiln/cpu_kernel.h"
+#include "support/file_memo.h"
 #include "support/file_util.h"
 
 namespace kiln::builders {
@@ -222,7 +222,7 @@ std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<Mani
   std::vector<ManifestEntry> out;
   out.reserve(manifest.size());
   for (auto& e : manifest) {
-    auto hash = hash_file_cached(path_for(e.label, spec));
+    auto hash = memo_file_hash(path_for(e.label, spec));
     if (!hash.ok()) return std::nullopt;
     out.push_back({e.label, hash.value()});
   }
@@ -237,7 +237,7 @@ Result<std::vector<ManifestEntry>> manifest_from_dependencies(const std::vector<
   for (auto& dep : deps) {
     std::string abs = absolute_path(dep);
     if (sources.count(abs) || !seen.insert(abs).second) continue;
-    auto hash = hash_file_cached(abs);
+    auto hash = memo_file_hash(abs);
     if (!hash.ok()) return Status(StatusCode::kIoError, "cannot hash header " + abs + " that the compiler read: " + hash.status().message());
     out.push_back({label_for(abs, *r.spec), hash.value()});
   }

@@ -13,6 +13,7 @@
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "jit/toolchain_loader.h"
 #include "runtime/registry.h"
+#include "support/file_memo.h"
 #include "support/file_util.h"
 
 namespace kiln::builders {
@@ -46,6 +47,9 @@ Result<runtime::Kernel*> LoadedOp::kernel(std::string_view name) const {
 
 Ops::~Ops() {
   if (m_store && m_memory_hits.load()) m_store->count(cache::Counter::kHitsMemory, static_cast<int64_t>(m_memory_hits.load()));
+  // Header hashes and toolchain fingerprints learnt by this process, for the next one (a
+  // write only when something new was learnt).
+  (void)FileMemo::instance().save();
 }
 
 std::string Ops::bundled_spec_dir() { return KILN_BUNDLED_SPEC_DIR; }
@@ -80,6 +84,7 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
   auto store = cache::Store::open(root, store_options);
   if (store.ok()) {
     ops->m_store = std::move(store).value();
+    FileMemo::instance().attach(ops->m_store->root() + "/file-memo");
     if (!ops->m_store->notice().empty()) ops->warn_once("notice", ops->m_store->notice());
   } else {
     // A cache that cannot be opened (read-only, not a folder, from a newer kiln) must not
@@ -177,8 +182,11 @@ Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
   KILN_ASSIGN_OR_RETURN(in.request, make_build_request(spec, target));
   // NVRTC for CUDA unless the op (or KILN_CUDA_TOOLCHAIN) asks for Clang's NVPTX path.
   in.nvrtc = target.backend == "cuda" && cuda_toolchain_for(spec) == "nvrtc";
-  KILN_ASSIGN_OR_RETURN(in.identity, in.nvrtc ? jit::nvrtc_toolchain_identity() : jit::clang_toolchain_identity());
-  if (target.backend == "cuda" && !in.nvrtc) in.identity += ";cuda-via-clang";
+  // Only the identity of what compiles for this target: a cpu key never depends on the CUDA
+  // toolkit, and no CUDA library is looked at for a cpu target.
+  KILN_ASSIGN_OR_RETURN(in.identity, in.nvrtc                       ? jit::nvrtc_toolchain_identity()
+                                     : target.backend == "cuda" ? jit::clang_cuda_toolchain_identity()
+                                                                : jit::clang_toolchain_identity());
   in.key = input_key(in.request, in.identity);
   return in;
 }
@@ -239,6 +247,9 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   }
   if (!m_store) return finish();
   m_store->count(cache::Counter::kCompiles);
+  // A failure because an #include found nothing is not cached: creating that header changes
+  // no input the key covers, and must still compile again.
+  if (!out.success && !compiled.missing_files.empty()) return finish();
   m_store->count(cache::Counter::kCompileUsSpent, static_cast<int64_t>(out.compile_ms * 1000));
 
   // The headers this compile read complete the key; a failed compile is keyed the same way

@@ -51,6 +51,9 @@ struct CompileResult {
   // Every file the compile read besides the sources themselves (absolute paths), as the
   // compiler reported them: these enter the cache key.
   std::vector<std::string> dependencies;
+  // Headers an #include named that were not found. A failure that names one is not cached:
+  // the header may appear (a new file in an include folder) without any input changing.
+  std::vector<std::string> missing_files;
   std::string log;        // the compiler's output, as text
   double compile_ms = 0;
   // For each requested name expression, its symbol in the artifact (the mangled name).

@@ -12,6 +12,7 @@
 #include "jit/nvrtc/nvjitlink.h"
 #include "support/elf_build_id.h"
 #include "support/cuda_toolkit.h"
+#include "support/file_memo.h"
 #include "support/file_util.h"
 #include "support/hash.h"
 
@@ -61,7 +62,7 @@ Result<std::string> clang_toolchain_identity() {
         identity = unavailable("kiln was built without the Clang toolchain (KILN_WITH_CLANG=OFF)");
         return;
       }
-      auto build_id = elf_build_id(file);
+      auto build_id = memo_elf_build_id(file);
       if (!build_id.ok()) {
         identity = unavailable("the Clang toolchain is not usable: " + build_id.status().message() +
                                " (set KILN_JIT_LIBRARY to libkiln_jit_clang.so, or rebuild kiln)");
@@ -69,11 +70,25 @@ Result<std::string> clang_toolchain_identity() {
       }
       id += ";" + file.substr(file.find_last_of('/') + 1) + "=" + build_id.value();
     }
-    // The clang toolchain makes its CUDA cubins with nvJitLink and links CUDA's libdevice into
-    // them: both compile too.
-    id += nvjitlink_identity();
-    if (auto libdevice = read_file(cuda_toolkit_root() + "/nvvm/libdevice/libdevice.10.bc"); libdevice.ok())
-      id += ";libdevice=" + xxh3_128(libdevice.value()).hex();
+    identity = id;
+  });
+  return identity;
+}
+
+Result<std::string> clang_cuda_toolchain_identity() {
+  static std::once_flag once;
+  static Result<std::string> identity = not_found("");
+  std::call_once(once, [] {
+    auto clang = clang_toolchain_identity();
+    if (!clang.ok()) {
+      identity = clang.status();
+      return;
+    }
+    // CUDA through Clang also links CUDA's libdevice into the PTX and makes cubins with
+    // nvJitLink: both change the artifact, so both are in this identity (and only in this one).
+    std::string id = clang.value() + ";cuda-via-clang" + nvjitlink_identity();
+    std::string libdevice = cuda_toolkit_root() + "/nvvm/libdevice/libdevice.10.bc";
+    if (auto hash = memo_file_hash(libdevice); hash.ok()) id += ";libdevice=" + hash->hex();
     identity = id;
   });
   return identity;

@@ -15,8 +15,13 @@ std::string clang_toolchain_library_path();
 
 // The Clang toolchain's identity, computed from the files that would compile: the ELF
 // build ids of libkiln_jit_clang, libclang-cpp and libLLVM (read, not loaded), and the
-// LLVM version it was built against. Cached after the first call.
+// LLVM version it was built against. What a cpu artifact depends on, and nothing else (not
+// the CUDA toolkit). Cached after the first call; the build ids through the file memo.
 Result<std::string> clang_toolchain_identity();
+
+// The identity of CUDA compiles through Clang: the above, plus nvJitLink (it makes the
+// cubins) and CUDA's libdevice (linked into the PTX).
+Result<std::string> clang_cuda_toolchain_identity();
 
 // dlopen()s the toolchain library once per process (thread-safe) and returns its toolchain,
 // or says what is missing and where it looked.

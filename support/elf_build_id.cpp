@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "support/file_memo.h"
 #include "support/hash.h"
 
 namespace kiln {
@@ -48,6 +49,16 @@ Result<std::string> elf_build_id(const std::string& path) {
     }
   }
   return not_found(path + " has no GNU build id");
+}
+
+Result<std::string> memo_elf_build_id(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(FileStamp before, file_stamp(path));
+  Hash128 stamp = before.digest();
+  FileMemo& memo = FileMemo::instance();
+  if (auto v = memo.get("build-id", path, stamp)) return *v;
+  KILN_ASSIGN_OR_RETURN(std::string id, elf_build_id(path));
+  if (before.settled()) memo.put("build-id", path, stamp, id);
+  return id;
 }
 
 }  // namespace kiln

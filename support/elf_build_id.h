@@ -11,4 +11,8 @@ namespace kiln {
 // Hex digits; kNotFound when the file has none, kInvalidArgument when it is not 64-bit ELF.
 Result<std::string> elf_build_id(const std::string& path);
 
+// The same through the file memo (support/file_memo.h): a stat instead of reading the file,
+// in any process, while the file's stamp holds.
+Result<std::string> memo_elf_build_id(const std::string& path);
+
 }  // namespace kiln

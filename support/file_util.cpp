@@ -48,13 +48,13 @@ static Status write_all(int fd, std::string_view bytes, const std::string& path)
   return {};
 }
 
-Status write_file_atomic(const std::string& path, std::string_view bytes) {
+Status write_file_atomic(const std::string& path, std::string_view bytes, bool durable) {
   static std::atomic<unsigned> counter{0};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return errno_status("create " + tmp, errno);
   Status st = write_all(fd, bytes, tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = errno_status("fsync " + tmp, errno);
+  if (st.ok() && durable && ::fsync(fd) != 0) st = errno_status("fsync " + tmp, errno);
   if (::close(fd) != 0 && st.ok()) st = errno_status("close " + tmp, errno);
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = errno_status("rename " + tmp + " -> " + path, errno);
   if (!st.ok()) ::unlink(tmp.c_str());

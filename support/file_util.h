@@ -11,9 +11,10 @@ namespace kiln {
 // Whole file into memory; a missing file is kNotFound, other failures kIoError.
 Result<std::string> read_file(const std::string& path);
 
-// Writes `bytes` to a temporary file in the same folder, fsyncs it and renames it over
-// `path`: a reader sees the old file or the whole new one, never a part (STYLE.md #13).
-Status write_file_atomic(const std::string& path, std::string_view bytes);
+// Writes `bytes` to a temporary file in the same folder, fsyncs it (unless not `durable`:
+// for files that are cheap to lose) and renames it over `path`: a reader sees the old file or
+// the whole new one, never a part (STYLE.md #13).
+Status write_file_atomic(const std::string& path, std::string_view bytes, bool durable = true);
 
 // mkdir -p with `mode` for the folders it creates.
 Status make_dirs(const std::string& path, unsigned mode = 0700);

@@ -36,6 +36,17 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+std::string diagnostics_json(const std::vector<jit::Diagnostic>& diagnostics) {
+  std::string out = "[";
+  for (size_t i = 0; i < diagnostics.size(); ++i) {
+    const jit::Diagnostic& d = diagnostics[i];
+    out += std::string(i ? "," : "") + "{\"severity\":" + json_string(jit::severity_name(d.severity)) +
+           ",\"file\":" + json_string(d.file) + ",\"line\":" + std::to_string(d.line) +
+           ",\"column\":" + std::to_string(d.column) + ",\"message\":" + json_string(d.message) + "}";
+  }
+  return out + "]";
+}
+
 int fail(const Status& st) {
   std::cerr << "kiln: error: " << st.message() << "\n";
   return 1;

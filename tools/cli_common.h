@@ -14,6 +14,8 @@ namespace kiln::tools {
 
 std::string json_string(std::string_view s);
 std::string fixed(double v, int digits = 1);
+// [{"severity":"error","file":"k.cu","line":3,"column":5,"message":"..."}, ...]
+std::string diagnostics_json(const std::vector<jit::Diagnostic>& diagnostics);
 // "kiln: error: <message>" on stderr; returns 1.
 int fail(const Status& st);
 // "kiln: <message>", then the command's help, on stderr; returns 2.

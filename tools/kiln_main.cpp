@@ -116,7 +116,8 @@ int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir
                                                      : " (a cached failure: fix an input to compile again)\n");
     if (args->has("--json"))
       std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target)
-                << ",\"success\":false,\"compile_ms\":" << fixed(o.compile_ms, 3) << "}\n";
+                << ",\"success\":false,\"cache\":\"" << cache_word(o) << "\",\"compile_ms\":" << fixed(o.compile_ms, 3)
+                << ",\"diagnostics\":" << diagnostics_json(o.diagnostics) << ",\"log\":" << json_string(o.log) << "}\n";
     return 1;
   }
   if (auto out = args->value("-o"); !out.empty()) {
@@ -126,7 +127,7 @@ int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir
     std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target) << ",\"success\":true"
               << ",\"key\":\"" << o.key.hex() << "\",\"cache\":\"" << cache_word(o) << "\",\"kind\":" << json_string(o.kind)
               << ",\"size\":" << o.artifact.size() << ",\"compile_ms\":" << fixed(o.compile_ms, 3)
-              << ",\"total_ms\":" << fixed(o.total_ms, 3) << "}\n";
+              << ",\"total_ms\":" << fixed(o.total_ms, 3) << ",\"diagnostics\":" << diagnostics_json(o.diagnostics) << "}\n";
   } else {
     for (auto& d : o.diagnostics) std::cerr << d.to_string() << "\n";  // warnings
     std::cout << "op       " << o.op << "\ntarget   " << o.target << "\nkey      " << o.key.hex() << "\ncache    "

@@ -109,10 +109,22 @@ class CollectingConsumer final : public clang::DiagnosticConsumer {
 };
 
 // Records every file the preprocessor entered, system headers included: all of them can
-// change the artifact, so all of them enter the cache key.
+// change the artifact, so all of them enter the cache key. An #include that found nothing is
+// kept apart: it is not a file to hash, but it keeps a failure out of the cache.
 class AllDependencies final : public clang::DependencyCollector {
  public:
   bool needSystemDependencies() override { return true; }
+  bool sawDependency(llvm::StringRef file, bool from_module, bool is_system, bool is_module_file, bool is_missing) override {
+    if (is_missing) {
+      m_missing.push_back(file.str());
+      return false;
+    }
+    return DependencyCollector::sawDependency(file, from_module, is_system, is_module_file, is_missing);
+  }
+  const std::vector<std::string>& missing() const { return m_missing; }
+
+ private:
+  std::vector<std::string> m_missing;
 };
 
 std::string march_for(const std::string& target) {
@@ -127,7 +139,8 @@ struct ObjectFile {
 };
 
 bool compile_one(const SourceFile& source, const CompileRequest& request, CollectingConsumer& consumer,
-                 std::vector<std::string>& dependencies, ObjectFile& object) {
+                 CompileResult& result, ObjectFile& object) {
+  std::vector<std::string>& dependencies = result.dependencies;
   auto memory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
   memory->addFile(source.path, 0, llvm::MemoryBuffer::getMemBufferCopy(source.text, source.path));
   auto overlay = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(llvm::vfs::getRealFileSystem());
@@ -200,6 +213,7 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
   const std::string& resource_dir = instance.getHeaderSearchOpts().ResourceDir;
   for (const auto& dep : collector->getDependencies())
     if (resource_dir.empty() || !path_is_within(absolute_path(dep), absolute_path(resource_dir))) dependencies.push_back(dep);
+  for (const auto& missing : collector->missing()) result.missing_files.push_back(missing);
   return ok;
 }
 
@@ -293,7 +307,7 @@ class ClangToolchain final : public Toolchain {
     std::vector<ObjectFile> objects(request.sources.size());
     bool ok = true;
     for (size_t i = 0; i < request.sources.size(); ++i)
-      ok = compile_one(request.sources[i], request, consumer, result.dependencies, objects[i]) && ok;
+      ok = compile_one(request.sources[i], request, consumer, result, objects[i]) && ok;
     result.diagnostics = consumer.take_diagnostics();
     result.log = consumer.text();
     if (ok) ok = link_shared_object(objects, request.label, result.artifact, result.diagnostics, result.log);
@@ -332,7 +346,7 @@ class ClangToolchain final : public Toolchain {
     options.ShowColors = false;
     CollectingConsumer consumer(options);
     ObjectFile ptx;
-    bool ok = compile_one(request.sources.front(), request, consumer, result.dependencies, ptx);
+    bool ok = compile_one(request.sources.front(), request, consumer, result, ptx);
     result.diagnostics = consumer.take_diagnostics();
     result.log = consumer.text();
     if (!ok) return done();

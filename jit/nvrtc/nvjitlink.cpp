@@ -74,7 +74,7 @@ std::string nvjitlink_identity() {
       std::error_code ec;
       auto real = std::filesystem::canonical(path, ec);  // a bare name (the loader's path) has no file here
       if (ec) continue;
-      auto build = elf_build_id(real.string());
+      auto build = memo_elf_build_id(real.string());
       return ";" + real.filename().string() + "=" + (build.ok() ? build.value() : "no-build-id");
     }
     return std::string();

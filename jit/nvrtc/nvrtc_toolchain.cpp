@@ -14,6 +14,7 @@
 #include "jit/toolchain_loader.h"
 #include "support/cuda_module_format.h"
 #include "support/cuda_toolkit.h"
+#include "support/elf_build_id.h"
 #include "support/file_util.h"
 
 namespace kiln::jit {
@@ -34,18 +35,39 @@ constexpr const char* k_pch_option = "-pch";
 // one-line kernel in 10.5 instead of 15 (this machine, CUDA 13.0). A program it omits
 // something for fails to compile, and is compiled again without it; a program that compiles
 // either way yields byte-identical PTX (checked on every bundled op), so the artifact does
-// not depend on which attempt made it.
+// not depend on which attempt made it. It is not tried for a source that includes a header in
+// <...>: the toolkit's headers cost 20 ms (cuda_fp16.h) to 900 ms (CUB) to parse, which dwarfs
+// what it saves, and CUB needs what it leaves out (cudaError_t), so that first attempt would
+// fail after the whole parse.
 constexpr const char* k_minimal_option = "--minimal";
 
 // The identity of the NVRTC toolchain whose library is the file `real_path`: its ELF build id,
-// nvJitLink's (it makes the cubins when present) and the options kiln adds.
-std::string identity_for(const std::string& real_path) {
-  auto id = elf_build_id(real_path);
+// nvJitLink's (it makes the cubins when present), the options kiln adds, and the toolkit's
+// headers it compiles against (their version and digest: NVRTC does not say which it read).
+Result<std::string> identity_for(const std::string& real_path) {
+  auto id = memo_elf_build_id(real_path);
   std::string out = "nvrtc;" + real_path.substr(real_path.find_last_of('/') + 1) + "=" + (id.ok() ? id.value() : "no-build-id");
   out += nvjitlink_identity() + ";options=";
   for (const char* o : k_default_options) out += std::string(o) + " ";
-  out += std::string(k_pch_option) + "(first include <...>) " + k_minimal_option + "(else without) ";
+  out += std::string(k_pch_option) + "(first include <...>) " + k_minimal_option + "(no include <...>; else without) ";
+  if (auto headers = cuda_headers_near(real_path)) {
+    auto headers_id = cuda_headers_identity(*headers);
+    if (!headers_id.ok())
+      return unavailable("cannot fingerprint the CUDA headers in " + headers->include_dir + ": " + headers_id.status().message());
+    out += ";" + headers_id.value();
+  } else {
+    out += ";cuda-headers=none";
+  }
   return out;
+}
+
+// True when `text` has an #include of a header in <...> anywhere.
+bool has_angled_include(std::string_view text) {
+  for (size_t pos = 0; (pos = text.find("#include", pos)) != std::string_view::npos; pos += 8) {
+    size_t open = text.find_first_not_of(" \t", pos + 8);
+    if (open != std::string_view::npos && text[open] == '<') return true;
+  }
+  return false;
 }
 
 // True when the first #include of `text` names its header in <...>.
@@ -66,6 +88,7 @@ struct NvrtcApi {
 #undef KILN_NVRTC
   std::string path;     // the file that was loaded
   int major = 0, minor = 0;
+  std::vector<std::string> header_dirs;  // the toolkit's include folders (-I), after the op's own
 };
 
 // "kernel.cu(12): error: identifier "x" is undefined" -> a Diagnostic.
@@ -155,9 +178,11 @@ class NvrtcToolchain final : public Toolchain {
   // the second attempt said.
   bool run(const CompileRequest& request, const std::string& arch_flag, bool cubin, std::string& out, CompileResult& result) {
     size_t diagnostics = result.diagnostics.size(), log = result.log.size();
-    if (run_once(request, arch_flag, cubin, /*minimal=*/true, out, result)) return true;
-    result.diagnostics.resize(diagnostics);
-    result.log.resize(log);
+    if (!has_angled_include(request.sources.front().text)) {
+      if (run_once(request, arch_flag, cubin, /*minimal=*/true, out, result)) return true;
+      result.diagnostics.resize(diagnostics);
+      result.log.resize(log);
+    }
     return run_once(request, arch_flag, cubin, /*minimal=*/false, out, result);
   }
 
@@ -174,6 +199,7 @@ class NvrtcToolchain final : public Toolchain {
     if (minimal) options.push_back(k_minimal_option);
     if (first_include_is_angled(src.text)) options.push_back(k_pch_option);
     for (auto& dir : request.include_dirs) options.push_back("-I" + dir);
+    for (auto& dir : m_api.header_dirs) options.push_back("-I" + dir);
     for (auto& def : request.defines) options.push_back("-D" + def);
     for (auto& flag : request.flags) options.push_back(flag);
     std::vector<const char*> argv;
@@ -197,7 +223,14 @@ class NvrtcToolchain final : public Toolchain {
     while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
     if (!log.empty()) {
       result.log += log + "\n";
-      for (auto& d : parse_log(log)) result.diagnostics.push_back(std::move(d));
+      for (auto& d : parse_log(log)) {
+        // 'could not open source file "x.h"': not cached, since x.h may appear later.
+        if (d.message.find("open source file \"") != std::string::npos) {
+          size_t q = d.message.find('"');
+          result.missing_files.push_back(d.message.substr(q + 1, d.message.find('"', q + 1) - q - 1));
+        }
+        result.diagnostics.push_back(std::move(d));
+      }
     }
     bool ok = rc == 0;
     if (ok) {
@@ -259,7 +292,13 @@ void load() {
   std::string real = loaded;
   if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) real = map->l_name;
   api.path = real;
-  g_identity = identity_for(real);
+  if (auto headers = cuda_headers_near(real)) api.header_dirs = headers->dirs;
+  auto identity = identity_for(real);
+  if (!identity.ok()) {
+    g_status = identity.status();
+    return;
+  }
+  g_identity = identity.value();
   g_toolchain = new NvrtcToolchain(std::move(api));
 }
 

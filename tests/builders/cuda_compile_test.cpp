@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "builders/ops.h"
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "support/cuda_module_format.h"
+#include "support/file_util.h"
 #include "tests/test_util.h"
 
 namespace kiln::builders {
@@ -217,6 +220,90 @@ TEST_F(CudaCompileTest, ATemplatedEntryIsFoundThroughItsNameExpression) {
                                     testing::read_text(specs / "scale_f32.toml").find("scale<float>"), 12, "scal<float>"));
   auto bad = local->build(local->find_spec("scale_f32").value(), parse_target("cuda:sm_90").value()).value();
   EXPECT_FALSE(bad.success);
+}
+
+// Kernels written the way frameworks write them: the toolkit's half types, cooperative groups
+// with their reduce, CUB, and libcu++, all through NVRTC with the toolkit's own headers.
+constexpr const char* k_toolkit_kernel = R"(#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cub/block/block_reduce.cuh>
+#include <cuda/std/limits>
+namespace cg = cooperative_groups;
+extern "C" __global__ void toolkit(const float* x, float* y, __nv_bfloat16* z) {
+  auto warp = cg::tiled_partition<32>(cg::this_thread_block());
+  float s = cg::reduce(warp, x[threadIdx.x], cg::plus<float>{});
+  using BlockReduce = cub::BlockReduce<float, 256>;
+  __shared__ typename BlockReduce::TempStorage scratch;
+  float t = BlockReduce(scratch).Sum(x[threadIdx.x]);
+  __half h = __float2half(s);
+  z[threadIdx.x] = __float2bfloat16(t + __half2float(h) + cuda::std::numeric_limits<float>::epsilon());
+  if (warp.thread_rank() == 0) y[blockIdx.x] = s;
+}
+)";
+
+TEST_F(CudaCompileTest, ToolkitHeadersCompileThroughNvrtc) {
+  testing::TempDir specs;
+  auto outcome = build_one_off(specs, "toolkit", "\"const float* x\", \"float* y\", \"void* z\"", k_toolkit_kernel);
+  ASSERT_TRUE(outcome.success) << outcome.diagnostics_text();
+  auto image = decode_cuda_module(outcome.artifact).value();
+  EXPECT_NE(image.ptx.find(".entry toolkit"), std::string::npos);
+  EXPECT_EQ(image.cubins.at(90).substr(1, 3), "ELF");
+  // NVRTC does not say which headers it read: the toolkit's headers are in its identity.
+  auto identity = jit::nvrtc_toolchain_identity().value();
+  EXPECT_NE(identity.find(";cuda-headers=13."), std::string::npos) << identity;
+}
+
+TEST_F(CudaCompileTest, AMissingHeaderIsNamedAndTheFailureIsNotCached) {
+  testing::TempDir specs;
+  specs.write("include/.keep", "");
+  specs.write("late.toml", "name = \"late\"\nlanguage = \"cpp\"\nsources = [\"late.cpp\"]\ninclude_dirs = [\"include\"]\n"
+                           "[[entry]]\nname = \"late\"\nparams = [\"float* x\"]\n[cuda]\nsources = [\"late.cu\"]\n");
+  specs.write("late.cpp", "\n");
+  specs.write("late.cu", "#include \"late_value.h\"\nextern \"C\" __global__ void late(float* x) { x[0] = LATE_VALUE; }\n");
+  OpsOptions o;
+  o.cache_dir = cache.path();
+  o.spec_dirs = {specs.path()};
+  o.accelerator = "cpu";
+  auto local = Ops::create(o).value();
+  auto target = parse_target("cuda:sm_90").value();
+  auto missing = local->build(local->find_spec("late").value(), target).value();
+  ASSERT_FALSE(missing.success);
+  EXPECT_NE(missing.diagnostics_text().find("late_value.h"), std::string::npos) << missing.diagnostics_text();
+  EXPECT_TRUE(missing.warnings.empty());  // no "cannot hash header" about a file that is not there
+  // The header appears; no input of the key changed, yet this compiles now.
+  specs.write("include/late_value.h", "#define LATE_VALUE 2.0f\n");
+  auto found = local->build(local->find_spec("late").value(), target).value();
+  EXPECT_TRUE(found.success) << found.diagnostics_text();
+  EXPECT_EQ(found.cache, CacheOutcome::kCompiled);
+}
+
+// The toolkit's headers are in every NVRTC key: a toolkit whose headers differ (here a copy of
+// this one with one header edited, and NVRTC itself linked in) gives other keys.
+TEST_F(CudaCompileTest, EditingAToolkitHeaderChangesNvrtcKeys) {
+  std::string real = std::filesystem::canonical(jit::nvrtc_search_paths().front() + "/libnvrtc.so.13").string();
+  testing::TempDir toolkit;
+  std::filesystem::create_directories(toolkit / "lib64");
+  std::error_code ec;
+  std::filesystem::create_hard_link(real, toolkit / "lib64/libnvrtc.so.13", ec);
+  if (ec) std::filesystem::copy_file(real, toolkit / "lib64/libnvrtc.so.13");
+  std::filesystem::copy(dirname_of(dirname_of(real)) + "/include", toolkit / "include", std::filesystem::copy_options::recursive);
+  auto key_with = [&](const std::map<std::string, std::string>& env) {
+    auto r = testing::run_process({testing::kiln_binary(), "--cache-dir", cache.path(), "build",
+                                   testing::bundled_spec_dir() + "/axpby.toml", "--target", "cuda:sm_90", "--json"},
+                                  env);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto pos = r.out.find("\"key\":\"");
+    return pos == std::string::npos ? std::string() : r.out.substr(pos + 7, 32);
+  };
+  std::string original = key_with({});
+  std::string copied = key_with({{"KILN_NVRTC_LIBRARY", toolkit / "lib64/libnvrtc.so.13"}});
+  EXPECT_EQ(copied, original);  // the same bytes elsewhere: the same key
+  std::string header = toolkit / "include/cuda_fp16.hpp";
+  std::ofstream(header, std::ios::app) << "\n// patched\n";
+  std::string patched = key_with({{"KILN_NVRTC_LIBRARY", toolkit / "lib64/libnvrtc.so.13"}});
+  EXPECT_NE(patched, original);
 }
 
 TEST(CudaAbsentTest, MissingNvrtcIsOneClearMessage) {

@@ -86,6 +86,58 @@ TEST(CliTest, CompileErrorPrintsLikeACompilerAndExitsOne) {
   EXPECT_NE(r.err.find("the failure is cached until an input changes"), std::string::npos);
 }
 
+TEST(CliTest, AFailedBuildPutsItsDiagnosticsInTheJson) {
+  testing::TempDir specs, cache;
+  specs.write("bad.toml", "name = \"bad\"\nlanguage = \"cpp\"\nsources = [\"bad.cpp\"]\n[[entry]]\nname = \"bad\"\nparams = []\n");
+  specs.write("bad.cpp", "#include <kiln/cpu_kernel.h>\nvoid bad(const kiln::cpu::Block&) {\n  return 1 +;\n}\n");
+  for (const char* word : {"miss", "hit"}) {  // the first compile, then the cached failure
+    auto r = run_process(kiln({"--cache-dir", cache.path(), "build", specs / "bad.toml", "--json"}));
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.out.find("\"success\":false,\"cache\":\"" + std::string(word) + "\""), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("{\"severity\":\"error\",\"file\":\"" + specs / "bad.cpp" +
+                         "\",\"line\":3,\"column\":13,\"message\":\"expected expression\"}"),
+              std::string::npos)
+        << r.out;
+  }
+}
+
+// What a cpu artifact depends on is Clang, LLVM and lld, never the CUDA toolkit: its key is the
+// same with no toolkit, this one, or another (a folder whose libdevice and nvJitLink differ),
+// and it changes when the Clang toolchain library does (a copy with another build id).
+TEST(CliTest, CpuKeysDependOnTheClangLibraryAndNotOnTheCudaToolkit) {
+  testing::TempDir cache, other_cuda, jit;
+  other_cuda.write("nvvm/libdevice/libdevice.10.bc", "another libdevice");
+  other_cuda.write("lib64/libnvJitLink.so.13", "another nvJitLink");
+  std::string spec = testing::bundled_spec_dir() + "/vector_add.toml";
+  auto key_with = [&](const std::map<std::string, std::string>& env) {
+    auto r = run_process(kiln({"--cache-dir", cache.path(), "build", spec, "--json"}), env);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::smatch m;
+    std::regex key("\"key\":\"([0-9a-f]{32})\"");
+    return std::regex_search(r.out, m, key) ? m[1].str() : std::string();
+  };
+  std::string here = key_with({});
+  EXPECT_FALSE(here.empty());
+  EXPECT_EQ(key_with({{"CUDA_HOME", "/nonexistent"}, {"CUDA_PATH", "/nonexistent"}}), here);
+  EXPECT_EQ(key_with({{"CUDA_HOME", other_cuda.path()}}), here);
+  // The toolchain library, with one byte of its build id changed: another toolchain.
+  auto toolchains = run_process(kiln({"toolchains", "--json"}));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(toolchains.out, m, std::regex("libkiln_jit_clang.so=([0-9a-f]+)"))) << toolchains.out;
+  std::string id_hex = m[1];
+  std::string id_bytes;
+  for (size_t i = 0; i + 1 < id_hex.size(); i += 2) id_bytes += static_cast<char>(std::stoi(id_hex.substr(i, 2), nullptr, 16));
+  std::string bytes = testing::read_text(testing::kiln_binary().substr(0, testing::kiln_binary().rfind("/bin/")) +
+                                         "/lib/libkiln_jit_clang.so");
+  auto at = bytes.find(id_bytes);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at] = static_cast<char>(bytes[at] ^ 0xff);
+  jit.write("libkiln_jit_clang.so", bytes);
+  std::string changed = key_with({{"KILN_JIT_LIBRARY", jit / "libkiln_jit_clang.so"}});
+  EXPECT_FALSE(changed.empty());
+  EXPECT_NE(changed, here);
+}
+
 TEST(CliTest, ArtifactForALevelTheCpuLacksIsRefusedNotRun) {
   testing::TempDir cache;
   // KILN_CPU_LEVEL makes this CPU report baseline x86-64; the op is asked for at v2.

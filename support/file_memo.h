@@ -1,0 +1,73 @@
+// Values derived from files that are costly to derive again: a header's content hash, a
+// library's ELF build id, the digest of a whole folder (the CUDA toolkit's headers). Each is
+// remembered with a stamp of what it came from (device, inode, size, mtime and ctime of the
+// file, or of every file in the folder) and trusted while the stamp holds, in this process
+// and, through a memo file in the cache folder, in later ones: a fresh process that hits the
+// cache then reads no toolchain library and no header (ccache's direct mode does the same).
+//
+// A value is remembered only when every file it came from has settled (its mtime and ctime at
+// least two seconds in the past), so a write in the same timestamp tick as the read cannot go
+// unseen. ctime, which no user can set, guards against a restored mtime.
+//
+// Thread-safety: every function may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "support/hash.h"
+#include "support/status.h"
+
+namespace kiln {
+
+// What must hold for a value derived from a file to stay true.
+struct FileStamp {
+  uint64_t dev = 0, ino = 0, size = 0;
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+  Hash128 digest() const;
+  // Both times at least two seconds before now.
+  bool settled() const;
+};
+
+// stat(2) of `path` (following symlinks); kNotFound when it does not exist.
+Result<FileStamp> file_stamp(const std::string& path);
+
+class FileMemo {
+ public:
+  // The process's memo. Until attach() it remembers for this process only.
+  static FileMemo& instance();
+
+  // Loads `file` (a missing or damaged one is an empty memo) and saves there from now on. The
+  // first attach wins; later calls, for another cache folder in the same process, are ignored.
+  void attach(const std::string& file);
+
+  // The value remembered for (kind, path) under `stamp`, if the stamp still matches.
+  std::optional<std::string> get(std::string_view kind, const std::string& path, const Hash128& stamp);
+  // Remembers a value; values and paths holding a tab or a newline are not remembered.
+  void put(std::string_view kind, const std::string& path, const Hash128& stamp, const std::string& value);
+
+  // Writes the memo file when something new was remembered since the last save, merged with
+  // what other processes saved meanwhile. Writes nothing otherwise.
+  Status save();
+
+  // For tests: forget everything, detach from the file.
+  void reset_for_testing();
+
+ private:
+  FileMemo() = default;
+  struct Impl;
+  Impl& impl();
+};
+
+// The content hash of a file through the memo: a stat when it is remembered, else a read.
+Result<Hash128> memo_file_hash(const std::string& path);
+
+// XXH3-128 over every regular file under `root` (its path relative to `root`, then its
+// bytes), in name order, through the memo: remembered while every file's stamp holds, so a
+// later process pays one stat per file (~1 us each) instead of reading them all.
+Result<Hash128> memo_folder_digest(const std::string& root);
+
+}  // namespace kiln

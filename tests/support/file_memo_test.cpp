@@ -1,0 +1,130 @@
+// The file memo: values derived from files, trusted across processes while the files' stamps
+// hold, and never for a file that changed or has not settled.
+#include "support/file_memo.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "support/cuda_toolkit.h"
+#include "support/file_util.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+class FileMemoTest : public ::testing::Test {
+ protected:
+  // Files must be two seconds old before the memo trusts them: made once for the suite.
+  static void SetUpTestSuite() {
+    s_dir = new testing::TempDir;
+    s_dir->write("a.h", "int a;\n");
+    s_dir->write("tree/x.h", "x\n");
+    s_dir->write("tree/sub/y.h", "y\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  }
+  static void TearDownTestSuite() { delete s_dir; }
+  void SetUp() override { FileMemo::instance().reset_for_testing(); }
+  void TearDown() override { FileMemo::instance().reset_for_testing(); }
+
+  static std::string memo_file() { return *s_dir / "memo"; }
+  static testing::TempDir* s_dir;
+};
+testing::TempDir* FileMemoTest::s_dir = nullptr;
+
+TEST_F(FileMemoTest, ASettledFileIsRememberedByTheNextProcess) {
+  FileMemo& memo = FileMemo::instance();
+  memo.attach(memo_file());
+  std::string path = *s_dir / "a.h";
+  Hash128 hash = memo_file_hash(path).value();
+  EXPECT_EQ(hash, xxh3_128("int a;\n"));
+  ASSERT_TRUE(memo.save().ok());
+  // A new process: nothing in memory, the memo file on disk.
+  memo.reset_for_testing();
+  memo.attach(memo_file());
+  auto remembered = memo.get("hash", path, file_stamp(path)->digest());
+  ASSERT_TRUE(remembered.has_value());
+  EXPECT_EQ(*remembered, hash.hex());
+}
+
+TEST_F(FileMemoTest, AChangedFileIsReadAgain) {
+  testing::TempDir dir;
+  std::string path = dir / "b.h";
+  dir.write("b.h", "first\n");
+  // Same size, new content: the stamp (mtime, ctime, and here the inode too) differs.
+  Hash128 first = memo_file_hash(path).value();
+  dir.write("b.h", "other\n");
+  Hash128 second = memo_file_hash(path).value();
+  EXPECT_NE(first, second);
+  EXPECT_EQ(second, xxh3_128("other\n"));
+}
+
+TEST_F(FileMemoTest, AFileThatHasNotSettledIsNotRemembered) {
+  testing::TempDir dir;
+  dir.write("fresh.h", "fresh\n");
+  FileMemo::instance().attach(memo_file());
+  EXPECT_EQ(memo_file_hash(dir / "fresh.h").value(), xxh3_128("fresh\n"));
+  EXPECT_FALSE(FileMemo::instance().get("hash", dir / "fresh.h", file_stamp(dir / "fresh.h")->digest()).has_value());
+}
+
+TEST_F(FileMemoTest, SavingWithNothingNewWritesNothing) {
+  FileMemo& memo = FileMemo::instance();
+  memo.attach(memo_file());
+  (void)memo_file_hash(*s_dir / "a.h");
+  ASSERT_TRUE(memo.save().ok());
+  struct stat before{};
+  ASSERT_EQ(::stat(memo_file().c_str(), &before), 0);
+  (void)memo_file_hash(*s_dir / "a.h");  // remembered already: nothing new
+  ASSERT_TRUE(memo.save().ok());
+  struct stat after{};
+  ASSERT_EQ(::stat(memo_file().c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);  // a save replaces the file: same inode, no save
+}
+
+TEST_F(FileMemoTest, ADamagedMemoFileIsAnEmptyMemo) {
+  testing::TempDir dir;
+  dir.write("memo", std::string("kind\tpath\tnot-a-hash\tvalue\n\x01\x02 garbage without newline", 48));
+  FileMemo& memo = FileMemo::instance();
+  memo.attach(dir / "memo");
+  EXPECT_EQ(memo_file_hash(*s_dir / "a.h").value(), xxh3_128("int a;\n"));
+  EXPECT_TRUE(memo.save().ok());
+  EXPECT_NE(read_file(dir / "memo")->find(*s_dir / "a.h"), std::string::npos);
+}
+
+TEST_F(FileMemoTest, AFolderDigestCoversNamesAndContentNotWhereTheFolderIs) {
+  std::string tree = *s_dir / "tree";
+  Hash128 digest = memo_folder_digest(tree).value();
+  testing::TempDir copy;
+  std::filesystem::copy(tree, copy.path(), std::filesystem::copy_options::recursive);
+  EXPECT_EQ(memo_folder_digest(copy.path()).value(), digest);
+  copy.write("sub/y.h", "Y\n");
+  Hash128 edited = memo_folder_digest(copy.path()).value();
+  EXPECT_NE(edited, digest);
+  copy.write("z.h", "");
+  EXPECT_NE(memo_folder_digest(copy.path()).value(), edited);
+  EXPECT_EQ(memo_folder_digest(tree).value(), digest);
+}
+
+TEST_F(FileMemoTest, CudaHeadersAreFoundBesideTheLibraryAndFingerprinted) {
+  testing::TempDir toolkit;
+  toolkit.write("lib64/libnvrtc.so.13", "not really a library");
+  toolkit.write("include/cuda_runtime.h", "// runtime\n");
+  toolkit.write("include/cuda.h", "#define CUDA_VERSION 12040\n");
+  toolkit.write("include/cccl/cub/cub.cuh", "// cub\n");
+  auto headers = cuda_headers_near(toolkit / "lib64/libnvrtc.so.13");
+  ASSERT_TRUE(headers.has_value());
+  EXPECT_EQ(headers->include_dir, toolkit / "include");
+  ASSERT_EQ(headers->dirs.size(), 2u);
+  EXPECT_EQ(headers->dirs[1], toolkit / "include/cccl");
+  EXPECT_EQ(headers->version, "12.4");
+  std::string id = cuda_headers_identity(*headers).value();
+  EXPECT_EQ(id.rfind("cuda-headers=12.4:", 0), 0u) << id;
+  toolkit.write("include/cccl/cub/cub.cuh", "// cub, patched\n");
+  EXPECT_NE(cuda_headers_identity(*headers).value(), id);
+}
+
+}  // namespace
+}  // namespace kiln
