@@ -130,7 +130,12 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& target
     r.compile.flags = spec.cuda->flags;
     for (auto& e : spec.entries)
       if (!e.name_expression.empty()) r.compile.name_expressions.push_back(e.name_expression);
-    if (cuda_toolchain_for(spec) == "clang") r.compile.include_dirs.push_back(cuda_device_include_dir());
+    if (cuda_toolchain_for(spec) == "clang") {
+      // Kiln's prelude for self-contained kernels (a few ms); the CUDA toolkit's headers, through
+      // Clang's wrapper headers, for a kernel that includes any header in <...>.
+      for (auto& src : r.compile.sources) r.compile.cuda_toolkit_headers = r.compile.cuda_toolkit_headers || jit::has_angled_include(src.text);
+      if (!r.compile.cuda_toolkit_headers) r.compile.include_dirs.push_back(cuda_device_include_dir());
+    }
     if (spec.check) r.kernels.pop_back();
     return r;
   }
@@ -172,6 +177,7 @@ KeyParts input_key(const BuildRequest& r, const std::string& toolchain_identity,
     if (const char* v = std::getenv(var.c_str())) k.add("env:" + var, v);
   k.add("target", r.target.str());
   k.add("language", r.compile.language);
+  if (r.compile.cuda_toolkit_headers) k.add("cuda-headers", "toolkit");
   // Options the toolchain adds itself (-O3, -std=c++20, -fPIC) are part of its identity: the
   // library that adds them is fingerprinted.
   for (auto& d : r.compile.include_dirs) k.add("include-dir", label_for(d, spec));

@@ -2,6 +2,14 @@
 
 namespace kiln::jit {
 
+bool has_angled_include(std::string_view text) {
+  for (size_t pos = 0; (pos = text.find("#include", pos)) != std::string_view::npos; pos += 8) {
+    size_t open = text.find_first_not_of(" \t", pos + 8);
+    if (open != std::string_view::npos && text[open] == '<') return true;
+  }
+  return false;
+}
+
 const char* severity_name(Diagnostic::Severity s) {
   switch (s) {
     case Diagnostic::Severity::kNote: return "note";

@@ -26,9 +26,17 @@ struct CompileRequest {
   std::vector<std::string> defines;       // "NAME" or "NAME=VALUE"
   std::vector<std::string> flags;         // extra compiler flags, already validated
   std::string label;                      // "op vector_add", for messages
-  // CUDA (NVRTC): expressions naming template instances to compile, e.g. "scale<float>".
+  // CUDA: expressions naming template instances to compile, e.g. "scale<float>"; the result's
+  // lowered_names gives each one's symbol.
   std::vector<std::string> name_expressions;
+  // CUDA through Clang: compile against the CUDA toolkit's headers (through Clang's own CUDA
+  // wrapper headers) instead of kiln's small prelude. Builders sets it when a source includes
+  // a header in <...>; it is part of the key.
+  bool cuda_toolkit_headers = false;
 };
+
+// True when `text` has an #include of a header in <...> (a toolkit or system header).
+bool has_angled_include(std::string_view text);
 
 struct Diagnostic {
   enum class Severity { kNote, kWarning, kError, kFatal };

@@ -64,6 +64,8 @@ std::optional<CudaHeaders> cuda_headers_near(const std::string& library_path) {
   return std::nullopt;
 }
 
+std::optional<CudaHeaders> cuda_headers_at(const std::string& root) { return headers_in(root + "/include"); }
+
 Result<std::string> cuda_headers_identity(const CudaHeaders& headers) {
   KILN_ASSIGN_OR_RETURN(Hash128 digest, memo_folder_digest(headers.include_dir));
   return "cuda-headers=" + headers.version + ":" + digest.hex();

@@ -31,6 +31,9 @@ struct CudaHeaders {
 // Falls back to the first of cuda_toolkit_roots() holding cuda_runtime.h; nullopt when none.
 std::optional<CudaHeaders> cuda_headers_near(const std::string& library_path);
 
+// The headers of the toolkit installed at `root` (e.g. /usr/local/cuda); nullopt without them.
+std::optional<CudaHeaders> cuda_headers_at(const std::string& root);
+
 // "cuda-headers=13.0:<XXH3-128 of the whole include folder>". NVRTC does not report the
 // headers it reads, so every key of a compile that can see them carries this instead. The
 // digest is remembered through the file memo while every file's stat holds (support/file_memo.h):

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include <clang/Basic/Diagnostic.h>
 #include <clang/Basic/DiagnosticIDs.h>
@@ -151,11 +152,19 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
 
   std::vector<std::string> storage;
   if (request.language == "cuda") {
-    // Device code only, to PTX for the oldest listed architecture, with kiln's prelude in
-    // place of the CUDA headers; libdevice comes from the CUDA toolkit (--cuda-path).
+    // Device code only, to PTX for the oldest listed architecture; libdevice comes from the
+    // CUDA toolkit (--cuda-path).
     storage = {k_clang_path, "-x", "cuda", "--cuda-device-only", "--offload-arch=sm_" + std::to_string(cuda_archs_in(request.target).front()),
-               "-nocudainc", "--cuda-path=" + cuda_toolkit_root(), "-Wno-unknown-cuda-version", "-std=c++17", "-O3",
-               "-include", "kiln/cuda_prelude.h"};
+               "--cuda-path=" + cuda_toolkit_root(), "-Wno-unknown-cuda-version", "-std=c++17", "-O3"};
+    if (request.cuda_toolkit_headers) {
+      // The toolkit's own headers, which Clang's CUDA wrapper headers include; CUB, Thrust and
+      // libcu++ sit in include/cccl since CUDA 13 (system folders: their warnings are theirs).
+      if (auto headers = cuda_headers_at(cuda_toolkit_root()))
+        for (size_t i = 1; i < headers->dirs.size(); ++i) storage.insert(storage.end(), {"-isystem", headers->dirs[i]});
+    } else {
+      // Kiln's prelude in place of the CUDA headers, whose parsing costs 0.5-0.7 s.
+      storage.insert(storage.end(), {"-nocudainc", "-include", "kiln/cuda_prelude.h"});
+    }
   } else {
     storage = {k_clang_path, "-x", "c++", "-std=c++20", "-O3", "-march=" + march_for(request.target), "-fPIC"};
   }
@@ -215,6 +224,23 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
     if (resource_dir.empty() || !path_is_within(absolute_path(dep), absolute_path(resource_dir))) dependencies.push_back(dep);
   for (const auto& missing : collector->missing()) result.missing_files.push_back(missing);
   return ok;
+}
+
+// Finds `.global .align 8 .u64 <variable> = <symbol>;` in `ptx`, removes that line and returns
+// the symbol when it is a kernel (.entry) of the PTX.
+std::optional<std::string> take_entry_reference(std::string& ptx, const std::string& variable) {
+  size_t at = ptx.find(" " + variable + " = ");
+  if (at == std::string::npos) return std::nullopt;
+  size_t line_start = ptx.rfind('\n', at);
+  line_start = line_start == std::string::npos ? 0 : line_start + 1;
+  size_t value = at + variable.size() + 4, end = ptx.find(';', value);
+  size_t line_end = ptx.find('\n', value);
+  if (end == std::string::npos || line_end == std::string::npos || end > line_end) return std::nullopt;
+  std::string symbol = ptx.substr(value, end - value);
+  if (symbol.rfind("generic(", 0) == 0 && symbol.back() == ')') symbol = symbol.substr(8, symbol.size() - 9);
+  ptx.erase(line_start, line_end + 1 - line_start);
+  if (ptx.find(".entry " + symbol + "(") == std::string::npos) return std::nullopt;
+  return symbol;
 }
 
 // lld keeps global state: one link at a time per process.
@@ -337,22 +363,33 @@ class ClangToolchain final : public Toolchain {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "no architecture in target " + request.target});
       return done();
     }
-    if (!request.name_expressions.empty()) {
-      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0,
-                                    "name expressions (templated entries) need the NVRTC path: [cuda] toolchain = \"nvrtc\""});
-      return done();
-    }
+    // A templated entry is instantiated by taking its address in a device variable: Clang
+    // resolves the expression as C++ would, and the variable's initialiser in the PTX names the
+    // instance's symbol. The variable is then removed from the PTX.
+    SourceFile source = request.sources.front();
+    for (size_t i = 0; i < request.name_expressions.size(); ++i)
+      source.text += "\n__attribute__((device)) void* kiln_entry_ref_" + std::to_string(i) + " = (void*)&" +
+                     request.name_expressions[i] + ";\n";
     clang::DiagnosticOptions options;
     options.ShowColors = false;
     CollectingConsumer consumer(options);
     ObjectFile ptx;
-    bool ok = compile_one(request.sources.front(), request, consumer, result, ptx);
+    bool ok = compile_one(source, request, consumer, result, ptx);
     result.diagnostics = consumer.take_diagnostics();
     result.log = consumer.text();
     if (!ok) return done();
     CudaModuleImage image;
     image.ptx_sm = archs.front();
     image.ptx.assign(ptx.bytes.data(), ptx.bytes.size());
+    for (size_t i = 0; i < request.name_expressions.size(); ++i) {
+      auto symbol = take_entry_reference(image.ptx, "kiln_entry_ref_" + std::to_string(i));
+      if (!symbol) {
+        result.diagnostics.push_back({Diagnostic::Severity::kError, request.sources.front().path, 0, 0,
+                                      "name expression '" + request.name_expressions[i] + "' names no kernel"});
+        return done();
+      }
+      result.lowered_names.emplace_back(request.name_expressions[i], *symbol);
+    }
     auto cubins = cubins_for_target(image.ptx, request.target);
     if (!cubins.ok()) {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, cubins.status().message()});

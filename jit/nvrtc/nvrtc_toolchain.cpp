@@ -61,14 +61,6 @@ Result<std::string> identity_for(const std::string& real_path) {
   return out;
 }
 
-// True when `text` has an #include of a header in <...> anywhere.
-bool has_angled_include(std::string_view text) {
-  for (size_t pos = 0; (pos = text.find("#include", pos)) != std::string_view::npos; pos += 8) {
-    size_t open = text.find_first_not_of(" \t", pos + 8);
-    if (open != std::string_view::npos && text[open] == '<') return true;
-  }
-  return false;
-}
 
 // True when the first #include of `text` names its header in <...>.
 bool first_include_is_angled(std::string_view text) {
