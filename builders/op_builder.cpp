@@ -252,6 +252,15 @@ Result<std::vector<ManifestEntry>> manifest_from_dependencies(const std::vector<
   return out;
 }
 
+std::vector<ManifestEntry> merge_manifests(std::vector<ManifestEntry> a, const std::vector<ManifestEntry>& b) {
+  std::set<std::string> labels;
+  for (auto& e : a) labels.insert(e.label);
+  for (auto& e : b)
+    if (labels.insert(e.label).second) a.push_back(e);
+  std::sort(a.begin(), a.end(), [](auto& x, auto& y) { return x.label < y.label; });
+  return a;
+}
+
 KeyParts artifact_key(const KeyParts& input, const std::vector<ManifestEntry>& headers) {
   cache::KeyBuilder k("artifact");  // its own components are not kept: the input's plus the headers are
   k.add("input", input.key);

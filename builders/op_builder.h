@@ -75,6 +75,8 @@ std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<Mani
 Result<std::vector<ManifestEntry>> manifest_from_dependencies(const std::vector<std::string>& deps,
                                                               const BuildRequest& request);
 KeyParts artifact_key(const KeyParts& input, const std::vector<ManifestEntry>& headers);
+// The union of two manifests, sorted by label (a label in both keeps the first's hash).
+std::vector<ManifestEntry> merge_manifests(std::vector<ManifestEntry> a, const std::vector<ManifestEntry>& b);
 
 // Diagnostics of a failed compile, as stored in the cache ("compile-error" artifacts).
 std::string encode_diagnostics(const std::vector<jit::Diagnostic>& diagnostics);

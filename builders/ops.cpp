@@ -46,6 +46,7 @@ Result<runtime::Kernel*> LoadedOp::kernel(std::string_view name) const {
 }
 
 Ops::~Ops() {
+  m_pchs.reset();  // waits for PCH builds, which store into m_store
   if (m_store && m_memory_hits.load()) m_store->count(cache::Counter::kHitsMemory, static_cast<int64_t>(m_memory_hits.load()));
   // Header hashes and toolchain fingerprints learnt by this process, for the next one (a
   // write only when something new was learnt).
@@ -85,6 +86,7 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
   if (store.ok()) {
     ops->m_store = std::move(store).value();
     FileMemo::instance().attach(ops->m_store->root() + "/file-memo");
+    ops->m_pchs = std::make_unique<PrecompiledHeaders>(ops->m_store.get());
     if (!ops->m_store->notice().empty()) ops->warn_once("notice", ops->m_store->notice());
   } else {
     // A cache that cannot be opened (read-only, not a folder, from a newer kiln) must not
@@ -231,7 +233,13 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
 
   KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, nvrtc ? jit::load_nvrtc_toolchain() : jit::load_clang_toolchain());
   m_compiles.fetch_add(1);
+  // Stored precompiled headers for the sources' include prefixes, or their builds started.
+  PchUse pch;
+  if (m_pchs && !nvrtc) pch = m_pchs->prepare(request, identity, *toolchain);
+  out.pch_used = pch.used;
+  out.pch_building = pch.building;
   jit::CompileResult compiled = toolchain->compile(request.compile);
+  request.compile.precompiled_headers.clear();
   out.cache = CacheOutcome::kCompiled;
   out.compile_ms = compiled.compile_ms;
   out.diagnostics = std::move(compiled.diagnostics);
@@ -255,6 +263,8 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   // The headers this compile read complete the key; a failed compile is keyed the same way
   // and stored with its diagnostics, so fixing any input (a new key) compiles again.
   auto headers = manifest_from_dependencies(compiled.dependencies, request);
+  // What a PCH was made of is what this compile read through it.
+  if (headers.ok()) headers = merge_manifests(std::move(headers).value(), pch.headers);
   if (!headers.ok()) {
     out.warnings.push_back("not cached: " + headers.status().message());
     return finish();
@@ -293,6 +303,10 @@ Status OpBuilder::is_compatible() const {
   KILN_RETURN_IF_ERROR(builders::is_compatible(m_spec, m_target));
   KILN_ASSIGN_OR_RETURN(runtime::Accelerator * acc, m_ops->accelerator_for(m_target));
   return acc->can_load(artifact_kind_for(m_target), m_target.str());
+}
+
+void Ops::wait_background() {
+  if (m_pchs) m_pchs->wait();
 }
 
 Result<BuildOutcome> OpBuilder::build() const { return m_ops->build(m_spec, m_target); }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "builders/op_builder.h"
+#include "builders/precompiled_headers.h"
 #include "builders/spec.h"
 #include "builders/target.h"
 #include "cache/store.h"
@@ -45,6 +46,9 @@ struct BuildOutcome {
   std::vector<jit::Diagnostic> diagnostics;
   std::string log;
   std::vector<std::string> warnings;  // e.g. the cache could not be written
+  // Precompiled headers on a compile: how many sources used a stored one, how many were
+  // started in the background for the next compile (builders/precompiled_headers.h).
+  size_t pch_used = 0, pch_building = 0;
   std::string kind;
   std::string artifact;  // the bytes (empty after load)
   std::vector<runtime::KernelSignature> kernels;
@@ -135,6 +139,9 @@ class Ops {
   cache::Store* store() { return m_store.get(); }
   // Compiles run by this Ops (for tests and statistics).
   uint64_t compile_count() const { return m_compiles.load(); }
+  // Blocks until background work (precompiled headers being built) is done and stored; the
+  // destructor does the same.
+  void wait_background();
   const std::vector<std::string>& spec_dirs() const { return m_spec_dirs; }
 
   static std::string bundled_spec_dir();
@@ -168,6 +175,7 @@ class Ops {
 
   std::vector<std::string> m_spec_dirs;
   std::unique_ptr<cache::Store> m_store;
+  std::unique_ptr<PrecompiledHeaders> m_pchs;  // after m_store: its background builds use it
   runtime::Accelerator* m_accelerator = nullptr;
   std::mutex m_mutex;
   std::unordered_map<std::string, std::shared_ptr<Slot>> m_loaded;  // "op@target"

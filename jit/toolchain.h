@@ -3,7 +3,9 @@
 // must stay free of LLVM types.
 #pragma once
 
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "support/status.h"
@@ -33,6 +35,15 @@ struct CompileRequest {
   // wrapper headers) instead of kiln's small prelude. Builders sets it when a source includes
   // a header in <...>; it is part of the key.
   bool cuda_toolkit_headers = false;
+
+  // What to make: the artifact, or a precompiled header of sources[0] (whose text is an include
+  // prefix) that later compiles with the same options can use. Toolchains that cannot say so
+  // in the result (success false, a diagnostic).
+  enum class Output { kArtifact, kPrecompiledHeader };
+  Output output = Output::kArtifact;
+  // Precompiled headers of some sources' include prefixes, by source index: the bytes of a
+  // kPrecompiledHeader result for the same options. Not owned; they outlive the compile.
+  std::map<size_t, std::string_view> precompiled_headers;
 };
 
 // True when `text` has an #include of a header in <...> (a toolkit or system header).

@@ -127,12 +127,15 @@ int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir
     std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target) << ",\"success\":true"
               << ",\"key\":\"" << o.key.hex() << "\",\"cache\":\"" << cache_word(o) << "\",\"kind\":" << json_string(o.kind)
               << ",\"size\":" << o.artifact.size() << ",\"compile_ms\":" << fixed(o.compile_ms, 3)
-              << ",\"total_ms\":" << fixed(o.total_ms, 3) << ",\"diagnostics\":" << diagnostics_json(o.diagnostics) << "}\n";
+              << ",\"total_ms\":" << fixed(o.total_ms, 3) << ",\"precompiled_headers\":{\"used\":" << o.pch_used
+              << ",\"building\":" << o.pch_building << "},\"diagnostics\":" << diagnostics_json(o.diagnostics) << "}\n";
   } else {
     for (auto& d : o.diagnostics) std::cerr << d.to_string() << "\n";  // warnings
     std::cout << "op       " << o.op << "\ntarget   " << o.target << "\nkey      " << o.key.hex() << "\ncache    "
               << cache_word(o) << "\nartifact " << o.kind << ", " << o.artifact.size() << " bytes\ncompile  "
               << fixed(o.compile_ms, 1) << " ms\ntotal    " << fixed(o.total_ms, 1) << " ms\n";
+    if (o.pch_used || o.pch_building)
+      std::cout << "pch      " << o.pch_used << " used" << (o.pch_building ? ", " + std::to_string(o.pch_building) + " being made for later compiles" : "") << "\n";
   }
   return 0;
 }

@@ -29,7 +29,9 @@
 #include <clang/Driver/Tool.h>
 #include <clang/Frontend/CompilerInstance.h>
 #include <clang/Frontend/CompilerInvocation.h>
+#include <clang/Frontend/FrontendActions.h>
 #include <clang/Lex/HeaderSearchOptions.h>
+#include <clang/Lex/PreprocessorOptions.h>
 #include <clang/Frontend/TextDiagnosticPrinter.h>
 #include <clang/Frontend/Utils.h>
 #include <lld/Common/Driver.h>
@@ -139,11 +141,23 @@ struct ObjectFile {
   llvm::SmallString<0> bytes;
 };
 
-bool compile_one(const SourceFile& source, const CompileRequest& request, CollectingConsumer& consumer,
-                 CompileResult& result, ObjectFile& object) {
+// Where a precompiled header handed in by the caller appears to Clang: in the in-memory file
+// system, never on disk.
+constexpr const char* k_pch_dir = "/kiln-precompiled";
+constexpr const char* k_pch_path = "/kiln-precompiled/prefix.pch";
+
+// What compile_one makes of a source: code (an object, or PTX for CUDA), or a precompiled
+// header of it (its text is an include prefix).
+enum class Make { kCode, kPrecompiledHeader };
+
+// Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
+// prefix, made by Make::kPrecompiledHeader with the same request options.
+bool compile_one(const SourceFile& source, const CompileRequest& request, std::string_view pch, Make make,
+                 CollectingConsumer& consumer, CompileResult& result, ObjectFile& object) {
   std::vector<std::string>& dependencies = result.dependencies;
   auto memory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
   memory->addFile(source.path, 0, llvm::MemoryBuffer::getMemBufferCopy(source.text, source.path));
+  if (!pch.empty()) memory->addFile(k_pch_path, 0, llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(pch.data(), pch.size()), k_pch_path, false));
   auto overlay = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(llvm::vfs::getRealFileSystem());
   overlay->pushOverlay(memory);
 
@@ -197,6 +211,31 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
   // The driver asks for -disable-free; in a resident process that leaks ~0.7 MB a compile.
   invocation->getFrontendOpts().DisableFree = false;
   invocation->getCodeGenOpts().DisableFree = false;
+  if (!pch.empty()) {
+    invocation->getPreprocessorOpts().ImplicitPCHInclude = k_pch_path;
+    // Clang would compare the headers' sizes and times with those it recorded. The caller found
+    // this PCH by a key that covers their content, which is the stronger check, and a PCH made
+    // on another node (same content, other times) must still be usable.
+    invocation->getPreprocessorOpts().DisablePCHOrModuleValidation = clang::DisableValidationForModuleKind::PCH;
+  }
+  // A PCH is written to a private file in RAM (Clang's PCH writer insists on a file), read back
+  // and removed.
+  std::string pch_file;
+  if (make == Make::kPrecompiledHeader) {
+    std::string dir = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (::getenv("TMPDIR") ? ::getenv("TMPDIR") : "/tmp");
+    pch_file = dir + "/kiln-pch-XXXXXX";
+    int fd = ::mkstemp(pch_file.data());
+    if (fd < 0) {
+      diags.Report(diags.getCustomDiagID(clang::DiagnosticsEngine::Error, "cannot create a file for a precompiled header in %0")) << dir;
+      return false;
+    }
+    ::close(fd);
+    clang::FrontendOptions& fe = invocation->getFrontendOpts();
+    fe.ProgramAction = clang::frontend::GeneratePCH;
+    fe.OutputFile = pch_file;
+    fe.IncludeTimestamps = false;  // the bytes depend on the headers' content only
+    for (auto& input : fe.Inputs) input = clang::FrontendInputFile(input.getFile(), input.getKind().getHeader());
+  }
 
   clang::CompilerInstance instance(invocation);
   // "1 warning generated" goes to stderr otherwise; the diagnostics themselves are data.
@@ -209,7 +248,16 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
   instance.setOutputStream(std::make_unique<llvm::raw_svector_ostream>(object.bytes));
 
   bool ok;
-  if (request.language == "cuda") {
+  if (make == Make::kPrecompiledHeader) {
+    clang::GeneratePCHAction action;
+    ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
+    if (ok) {
+      auto bytes = read_file(pch_file);
+      ok = bytes.ok();
+      if (ok) object.bytes.assign(bytes->begin(), bytes->end());
+    }
+    ::unlink(pch_file.c_str());
+  } else if (request.language == "cuda") {
     clang::EmitAssemblyAction action;  // PTX is NVPTX's assembly
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
   } else {
@@ -220,8 +268,12 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, Collec
   // toolchain, whose identity is in every key: keep them out of the manifest, so a node that
   // only loads (and has no LLVM installed) can still complete the key.
   const std::string& resource_dir = instance.getHeaderSearchOpts().ResourceDir;
+  // The PCH itself is not a header; what it was made of comes with it (the caller adds the
+  // PCH's own manifest).
   for (const auto& dep : collector->getDependencies())
-    if (resource_dir.empty() || !path_is_within(absolute_path(dep), absolute_path(resource_dir))) dependencies.push_back(dep);
+    if ((resource_dir.empty() || !path_is_within(absolute_path(dep), absolute_path(resource_dir))) &&
+        !path_is_within(absolute_path(dep), k_pch_dir))
+      dependencies.push_back(dep);
   for (const auto& missing : collector->missing()) result.missing_files.push_back(missing);
   return ok;
 }
@@ -241,6 +293,11 @@ std::optional<std::string> take_entry_reference(std::string& ptx, const std::str
   ptx.erase(line_start, line_end + 1 - line_start);
   if (ptx.find(".entry " + symbol + "(") == std::string::npos) return std::nullopt;
   return symbol;
+}
+
+std::string_view pch_for(const CompileRequest& request, size_t source) {
+  auto it = request.precompiled_headers.find(source);
+  return it == request.precompiled_headers.end() ? std::string_view() : it->second;
 }
 
 // lld keeps global state: one link at a time per process.
@@ -318,6 +375,7 @@ class ClangToolchain final : public Toolchain {
   std::string version() const override { return "clang " LLVM_VERSION_STRING " (in-process, lld)"; }
 
   CompileResult compile(const CompileRequest& request) override {
+    if (request.output == CompileRequest::Output::kPrecompiledHeader) return compile_pch(request);
     if (request.language == "cuda") return compile_cuda(request);
     auto start = std::chrono::steady_clock::now();
     CompileResult result;
@@ -333,7 +391,7 @@ class ClangToolchain final : public Toolchain {
     std::vector<ObjectFile> objects(request.sources.size());
     bool ok = true;
     for (size_t i = 0; i < request.sources.size(); ++i)
-      ok = compile_one(request.sources[i], request, consumer, result, objects[i]) && ok;
+      ok = compile_one(request.sources[i], request, pch_for(request, i), Make::kCode, consumer, result, objects[i]) && ok;
     result.diagnostics = consumer.take_diagnostics();
     result.log = consumer.text();
     if (ok) ok = link_shared_object(objects, request.label, result.artifact, result.diagnostics, result.log);
@@ -344,6 +402,25 @@ class ClangToolchain final : public Toolchain {
   }
 
  private:
+  // A precompiled header of sources[0] (an include prefix) with the request's options.
+  CompileResult compile_pch(const CompileRequest& request) {
+    auto start = std::chrono::steady_clock::now();
+    CompileResult result;
+    result.kind = "pch";
+    clang::DiagnosticOptions options;
+    options.ShowColors = false;
+    CollectingConsumer consumer(options);
+    ObjectFile pch;
+    bool ok = request.sources.size() == 1 &&
+              compile_one(request.sources.front(), request, {}, Make::kPrecompiledHeader, consumer, result, pch);
+    result.diagnostics = consumer.take_diagnostics();
+    result.log = consumer.text();
+    if (ok) result.artifact.assign(pch.bytes.data(), pch.bytes.size());
+    result.success = ok;
+    result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
+
   // CUDA through NVPTX: PTX for the oldest listed architecture, then a cubin per listed
   // architecture linked from it by nvJitLink. Needs no NVRTC.
   CompileResult compile_cuda(const CompileRequest& request) {
@@ -374,7 +451,7 @@ class ClangToolchain final : public Toolchain {
     options.ShowColors = false;
     CollectingConsumer consumer(options);
     ObjectFile ptx;
-    bool ok = compile_one(source, request, consumer, result, ptx);
+    bool ok = compile_one(source, request, pch_for(request, 0), Make::kCode, consumer, result, ptx);
     result.diagnostics = consumer.take_diagnostics();
     result.log = consumer.text();
     if (!ok) return done();

@@ -125,6 +125,8 @@ class NvrtcToolchain final : public Toolchain {
       return result;
     };
     if (request.language != "cuda") return fail("NVRTC compiles language 'cuda', not '" + request.language + "'");
+    if (request.output != CompileRequest::Output::kArtifact)
+      return fail("NVRTC makes no precompiled header kiln can keep: its PCH is tied to the process that made it");
     if (request.sources.size() != 1)
       return fail("NVRTC compiles one translation unit; " + request.label + " has " + std::to_string(request.sources.size()));
     std::vector<int> archs = cuda_archs_in(request.target);  // ascending: builders normalise targets

@@ -296,6 +296,38 @@ TEST_F(CudaCompileTest, ToolkitHeadersCompileThroughClangToo) {
   EXPECT_NE(manifest->find("/include/cccl/cub/block/block_reduce.cuh\t"), std::string::npos);
 }
 
+// Clang parses the toolkit's headers once per machine: the PCH of a kernel's includes is
+// kept in the cache and the next kernel that starts with the same includes compiles with it.
+TEST_F(CudaCompileTest, TheClangPathKeepsTheToolkitHeadersPrecompiled) {
+  testing::TempDir specs;
+  for (const char* name : {"first", "second"}) {
+    std::string cu = k_toolkit_kernel;
+    cu.replace(cu.find("void toolkit("), 13, std::string("void ") + name + "(");
+    specs.write(std::string(name) + ".toml", "name = \"" + std::string(name) + "\"\nlanguage = \"cpp\"\nsources = [\"k.cpp\"]\n"
+                "[[entry]]\nname = \"" + name + "\"\nparams = [\"const float* x\", \"float* y\", \"void* z\"]\n"
+                "[cuda]\nsources = [\"" + name + ".cu\"]\ntoolchain = \"clang\"\n");
+    specs.write(std::string(name) + ".cu", cu);
+  }
+  specs.write("k.cpp", "\n");
+  OpsOptions o;
+  o.cache_dir = cache.path();
+  o.spec_dirs = {specs.path()};
+  o.accelerator = "cpu";
+  auto local = Ops::create(o).value();
+  auto target = parse_target("cuda:sm_80,sm_90").value();
+  auto first = local->build(local->find_spec("first").value(), target);
+  if (!first.ok()) GTEST_SKIP() << first.status().message();
+  ASSERT_TRUE(first->success) << first->diagnostics_text();
+  EXPECT_EQ(first->pch_building, 1u);
+  local->wait_background();
+  auto second = local->build(local->find_spec("second").value(), target).value();
+  ASSERT_TRUE(second.success) << second.diagnostics_text();
+  EXPECT_EQ(second.pch_used, 1u);
+  auto image = decode_cuda_module(second.artifact).value();
+  EXPECT_NE(image.ptx.find(".entry second"), std::string::npos);
+  EXPECT_EQ(image.cubins.size(), 2u);
+}
+
 TEST_F(CudaCompileTest, ATemplatedEntryCompilesThroughClangToo) {
   testing::TempDir specs;
   testing::write_templated_spec(specs);

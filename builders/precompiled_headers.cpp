@@ -1,0 +1,229 @@
+#include "builders/precompiled_headers.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include "cache/cache_key.h"
+#include "cache/key_lock.h"
+#include "support/file_util.h"
+
+namespace kiln::builders {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  size_t a = s.find_first_not_of(" \t\r");
+  if (a == std::string_view::npos) return {};
+  return s.substr(a, s.find_last_not_of(" \t\r") - a + 1);
+}
+
+bool found_in(const std::string& header, const std::vector<std::string>& dirs) {
+  for (auto& d : dirs)
+    if (::access((d + "/" + header).c_str(), F_OK) == 0) return true;
+  return false;
+}
+
+// Where the text of a PCH's prefix appears to the compiler: in the folder the Clang toolchain
+// keeps out of dependency lists (jit/clang), a file that exists nowhere else.
+constexpr const char* k_prefix_source = "/kiln-precompiled/prefix.h";
+
+}  // namespace
+
+std::string include_prefix(std::string_view text, const std::vector<std::string>& own_dirs,
+                           const std::vector<std::string>& kiln_dirs) {
+  std::string out;
+  bool in_comment = false;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (!line.empty() && line.back() == '\\') break;  // a continued line: not a plain include
+    std::string code;  // the line without its comments
+    for (size_t i = 0; i < line.size();) {
+      if (in_comment) {
+        size_t end = line.find("*/", i);
+        in_comment = end == std::string_view::npos;
+        i = in_comment ? line.size() : end + 2;
+      } else if (line.substr(i, 2) == "/*") {
+        in_comment = true;
+        i += 2;
+      } else if (line.substr(i, 2) == "//") {
+        break;
+      } else {
+        code += line[i++];
+      }
+    }
+    std::string_view c = trim(code);
+    if (c.empty() || c == "#pragma once") continue;
+    if (c.front() != '#') break;
+    c = trim(c.substr(1));
+    if (c.substr(0, 7) != "include") break;
+    c = trim(c.substr(7));
+    size_t close = c.find('>');
+    if (c.empty() || c.front() != '<' || close == std::string_view::npos || !trim(c.substr(close + 1)).empty()) break;
+    std::string header(c.substr(1, close - 1));
+    if (found_in(header, own_dirs)) break;
+    if (found_in(header, kiln_dirs)) continue;
+    out += "#include <" + header + ">\n";
+  }
+  return out;
+}
+
+namespace {
+
+// Sources of `r` that a PCH helps, with their prefixes. On the CPU, a source with system
+// includes at its top; for CUDA through Clang with the toolkit's headers, every source (the
+// wrapper headers alone cost 0.5 s). Not for NVRTC (its PCH cannot outlive its process) nor
+// kiln's CUDA prelude (a few ms to parse).
+std::vector<std::pair<size_t, std::string>> plan(const BuildRequest& r) {
+  std::vector<std::pair<size_t, std::string>> out;
+  bool cpu = r.compile.language == "cpp", toolkit = r.compile.language == "cuda" && r.compile.cuda_toolkit_headers;
+  if (!cpu && !toolkit) return out;
+  std::vector<std::string> kiln_dirs = {cpu_device_include_dir(), cuda_device_include_dir()};
+  for (size_t i = 0; i < r.compile.sources.size(); ++i) {
+    std::string prefix = include_prefix(r.compile.sources[i].text, r.spec->include_dirs, kiln_dirs);
+    if (!prefix.empty() || toolkit) out.emplace_back(i, std::move(prefix));
+  }
+  return out;
+}
+
+// The input key of a PCH: what the op's key has, less its sources and entry points, plus the
+// prefix. Not the include folders: by construction the prefix's headers are not in the op's.
+KeyParts pch_key(const BuildRequest& r, const std::string& identity, const std::string& prefix) {
+  cache::KeyBuilder k("pch", /*keep_components=*/true);
+  k.add("toolchain", identity);
+  for (auto& var : environment_in_key())
+    if (const char* v = std::getenv(var.c_str())) k.add("env:" + var, v);
+  // CUDA: the PCH is parsed for the oldest architecture of the list, as the PTX is.
+  k.add("target", r.target.backend == "cuda" ? "cuda:sm_" + std::to_string(cuda_archs(r.target).front()) : r.target.str());
+  k.add("language", r.compile.language);
+  if (r.compile.cuda_toolkit_headers) k.add("cuda-headers", "toolkit");
+  for (auto& d : r.compile.defines) k.add("define", d);
+  for (auto& f : r.compile.flags) k.add("flag", f);
+  k.add("prefix", prefix);
+  return {k.finish(), k.components()};
+}
+
+// The request that makes the PCH: the op's options, the prefix as the one source.
+BuildRequest pch_request(const BuildRequest& r, const std::string& prefix) {
+  BuildRequest p = r;
+  p.compile.sources = {{k_prefix_source, prefix}};
+  p.compile.include_dirs.clear();
+  p.compile.name_expressions.clear();
+  p.compile.precompiled_headers.clear();
+  p.compile.output = jit::CompileRequest::Output::kPrecompiledHeader;
+  p.compile.label = r.compile.label + " (precompiled headers)";
+  return p;
+}
+
+}  // namespace
+
+PrecompiledHeaders::~PrecompiledHeaders() { wait(); }
+
+void PrecompiledHeaders::wait() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lock(m_mutex);
+    threads.swap(m_threads);
+  }
+  for (auto& t : threads) t.join();
+}
+
+std::optional<PrecompiledHeaders::Slot> PrecompiledHeaders::lookup(const KeyParts& key, const OpSpec& spec) {
+  auto text = m_store->get_manifest(key.key);
+  if (!text.ok() || !text->has_value()) return std::nullopt;
+  auto manifest = decode_manifest(**text);
+  if (!manifest.ok()) return std::nullopt;
+  auto current = rehash_manifest(manifest.value(), spec);
+  if (!current) return std::nullopt;
+  auto hit = m_store->get(artifact_key(key, *current).key);
+  if (!hit.ok() || !hit->has_value()) return std::nullopt;
+  Slot slot;
+  slot.done = true;
+  slot.headers = std::move(*current);
+  if ((*hit)->record.kind == "pch") slot.bytes = std::make_shared<const std::string>(std::move((*hit)->bytes));
+  return slot;
+}
+
+PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& identity, jit::Toolchain& toolchain) {
+  PchUse use;
+  if (!m_store) return use;
+  for (auto& [source, prefix] : plan(request)) {
+    KeyParts key = pch_key(request, identity, prefix);
+    std::shared_ptr<Slot> slot;
+    bool start = false;
+    {
+      std::unique_lock lock(m_mutex);
+      auto it = m_slots.find(key.key);
+      if (it == m_slots.end()) {
+        lock.unlock();
+        auto found = lookup(key, *request.spec);  // outside the lock: it reads a blob
+        lock.lock();
+        it = m_slots.find(key.key);
+        if (it == m_slots.end()) {
+          slot = std::make_shared<Slot>(found.value_or(Slot{}));
+          start = !found;
+          m_slots.emplace(key.key, slot);
+        } else {
+          slot = it->second;
+        }
+      } else {
+        slot = it->second;
+      }
+      if (start) {
+        ++use.building;
+        m_threads.emplace_back(&PrecompiledHeaders::build, this, slot, pch_request(request, prefix), key, identity, &toolchain);
+        continue;  // this compile goes on without it
+      }
+      // Built in this process, or being built: wait for it rather than parse the headers again.
+      m_done.wait(lock, [&] { return slot->done; });
+    }
+    if (!slot->bytes) continue;
+    request.compile.precompiled_headers[source] = *slot->bytes;
+    use.bytes.push_back(slot->bytes);
+    use.headers.insert(use.headers.end(), slot->headers.begin(), slot->headers.end());
+    ++use.used;
+  }
+  return use;
+}
+
+void PrecompiledHeaders::build(std::shared_ptr<Slot> slot, BuildRequest request, KeyParts key, std::string identity,
+                               jit::Toolchain* toolchain) {
+  auto finish = [&] {
+    std::lock_guard lock(m_mutex);
+    slot->done = true;
+    m_done.notify_all();
+  };
+  // One build per PCH across processes: if another process holds its lock, it is building this
+  // PCH; later compiles here will find it stored.
+  cache::KeyLock lock = cache::KeyLock::acquire(m_store->root(), key.key, std::chrono::milliseconds(0));
+  if (!lock.held()) return finish();
+  jit::CompileResult made = toolchain->compile(request.compile);
+  auto headers = manifest_from_dependencies(made.dependencies, request);
+  if (!headers.ok() || (!made.success && !made.missing_files.empty())) return finish();
+  KeyParts full = artifact_key(key, headers.value());
+  cache::ArtifactRecord record;
+  record.key = full.key;
+  record.input_key = key.key;
+  record.manifest = encode_manifest(headers.value());
+  record.op = "(pch) " + request.spec->name;
+  record.target = request.target.str();
+  record.kind = made.success ? "pch" : "compile-error";
+  record.toolchain = identity;
+  record.components = cache::encode_components(full.components);
+  record.compile_ms = made.compile_ms;
+  record.log = made.log;
+  // A PCH that does not build is stored as a failure too, so it is not tried on every compile.
+  std::string failure = encode_diagnostics(made.diagnostics);
+  (void)m_store->put(record, made.success ? std::string_view(made.artifact) : std::string_view(failure));
+  if (made.success) {
+    std::lock_guard guard(m_mutex);
+    slot->bytes = std::make_shared<const std::string>(std::move(made.artifact));
+    slot->headers = std::move(headers).value();
+  }
+  finish();
+}
+
+}  // namespace kiln::builders

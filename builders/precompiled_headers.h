@@ -1,0 +1,88 @@
+// Precompiled headers as cache artifacts (DESIGN.md, "Toolchains").
+//
+// Parsing headers, not generating code, is where compile time goes: a kernel that includes
+// <cmath>, <vector> and <immintrin.h> spends ~350 of its ~420 ms in them, and a CUDA kernel
+// compiled by Clang against the toolkit's headers 0.5-1.5 s. So the leading #include <...>
+// lines of a source (its include prefix) are precompiled once per machine, stored in the
+// cache like any artifact (kind "pch"), and used by every later compile whose source starts
+// with the same includes and has the same toolchain, target, language, defines and flags.
+//
+// A PCH is keyed like an op: an input key over those inputs and the prefix text, completed by
+// the content of every header it read (its manifest), so a changed system header is a new PCH.
+// A compile that uses one adds the PCH's manifest to its own, and its artifact is the same bytes
+// with or without it: whether a PCH was at hand never changes a key or an artifact.
+//
+// The first compile of a prefix does not wait for its PCH: the PCH is built beside it on
+// another thread and stored when done; compiles that need it meanwhile wait for that build
+// instead of parsing the headers again. Across processes, a lock per PCH key lets one build it.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "builders/op_builder.h"
+#include "cache/store.h"
+#include "jit/toolchain.h"
+
+namespace kiln::builders {
+
+// The include prefix of a source that a PCH can stand for: its leading #include <...> lines
+// (blank lines, // and /* */ comments and #pragma once may come between them), one normalised
+// "#include <x>\n" each. It ends at the first other line, and before an include of one of the
+// op's own headers (found in `own_dirs`): a PCH holds only headers whose paths are the same on
+// every node. Includes found in `kiln_dirs` (kiln's device headers, kiln/cpu_kernel.h) are
+// passed over: they depend on nothing before them and nothing depends on coming after them.
+std::string include_prefix(std::string_view text, const std::vector<std::string>& own_dirs,
+                           const std::vector<std::string>& kiln_dirs);
+
+// What using PCHs added to one compile.
+struct PchUse {
+  std::vector<ManifestEntry> headers;  // the PCHs' manifests, to add to the compile's
+  std::vector<std::shared_ptr<const std::string>> bytes;  // keeps request.precompiled_headers alive
+  size_t used = 0;      // sources compiled with a PCH
+  size_t building = 0;  // PCHs started in the background by this compile
+};
+
+class PrecompiledHeaders {
+ public:
+  explicit PrecompiledHeaders(cache::Store* store) : m_store(store) {}
+  ~PrecompiledHeaders();  // waits for the builds in flight
+  PrecompiledHeaders(const PrecompiledHeaders&) = delete;
+  PrecompiledHeaders& operator=(const PrecompiledHeaders&) = delete;
+
+  // For each source of `request` that a PCH helps: attaches the stored PCH (or waits for the
+  // one being built in this process), else starts building it in the background with
+  // `toolchain`. `identity` is the toolchain identity in the op's key.
+  PchUse prepare(BuildRequest& request, const std::string& identity, jit::Toolchain& toolchain);
+
+  // Blocks until every background build has finished (and stored its PCH).
+  void wait();
+
+ private:
+  struct Slot {
+    bool done = false;
+    std::shared_ptr<const std::string> bytes;  // null when the PCH could not be made
+    std::vector<ManifestEntry> headers;
+  };
+  // A stored PCH for `key` (an input key): its bytes and manifest; nullopt when there is none;
+  // a Slot with null bytes when a failure was stored (then it is not tried again).
+  std::optional<Slot> lookup(const KeyParts& key, const OpSpec& spec);
+  void build(std::shared_ptr<Slot> slot, BuildRequest pch_request, KeyParts key, std::string identity,
+             jit::Toolchain* toolchain);
+
+  cache::Store* m_store;
+  std::mutex m_mutex;
+  std::condition_variable m_done;
+  std::map<Hash128, std::shared_ptr<Slot>> m_slots;  // by PCH input key: found, built or building
+  std::vector<std::thread> m_threads;
+};
+
+}  // namespace kiln::builders
