@@ -174,7 +174,9 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
       }
       if (start) {
         ++use.building;
-        m_threads.emplace_back(&PrecompiledHeaders::build, this, slot, pch_request(request, prefix), key, identity, &toolchain);
+        auto spec = std::make_shared<const OpSpec>(*request.spec);
+        m_threads.emplace_back(&PrecompiledHeaders::build, this, slot, spec, pch_request(request, prefix), key, identity,
+                               &toolchain);
         continue;  // this compile goes on without it
       }
       // Built in this process, or being built: wait for it rather than parse the headers again.
@@ -189,8 +191,9 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
   return use;
 }
 
-void PrecompiledHeaders::build(std::shared_ptr<Slot> slot, BuildRequest request, KeyParts key, std::string identity,
-                               jit::Toolchain* toolchain) {
+void PrecompiledHeaders::build(std::shared_ptr<Slot> slot, std::shared_ptr<const OpSpec> spec, BuildRequest request,
+                               KeyParts key, std::string identity, jit::Toolchain* toolchain) {
+  request.spec = spec.get();
   auto finish = [&] {
     std::lock_guard lock(m_mutex);
     slot->done = true;

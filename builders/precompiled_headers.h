@@ -75,8 +75,9 @@ class PrecompiledHeaders {
   // A stored PCH for `key` (an input key): its bytes and manifest; nullopt when there is none;
   // a Slot with null bytes when a failure was stored (then it is not tried again).
   std::optional<Slot> lookup(const KeyParts& key, const OpSpec& spec);
-  void build(std::shared_ptr<Slot> slot, BuildRequest pch_request, KeyParts key, std::string identity,
-             jit::Toolchain* toolchain);
+  // Runs on its own thread; owns a copy of the spec, which may outlive the caller's.
+  void build(std::shared_ptr<Slot> slot, std::shared_ptr<const OpSpec> spec, BuildRequest pch_request, KeyParts key,
+             std::string identity, jit::Toolchain* toolchain);
 
   cache::Store* m_store;
   std::mutex m_mutex;
