@@ -100,10 +100,15 @@ static std::vector<runtime::KernelSignature> signatures_of(const OpSpec& spec) {
   return out;
 }
 
-Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& target) {
-  KILN_RETURN_IF_ERROR(is_compatible(spec, target));
+Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked) {
+  KILN_RETURN_IF_ERROR(is_compatible(spec, asked));
   BuildRequest r;
   r.spec = &spec;
+  // An artifact never claims less than it needs: instruction-set flags raise a cpu level.
+  Target target = asked.backend == "cpu" ? effective_target(spec.flags, asked) : asked;
+  if (!(target == asked))
+    r.notes.push_back("op " + spec.name + " is built for " + target.str() + ", not " + asked.str() +
+                      ": its flags use instructions of that level");
   r.target = target;
   r.compile.target = target.str();
   r.compile.label = "op " + spec.name;

@@ -21,13 +21,14 @@ Status is_compatible(const OpSpec& spec, const Target& target);
 
 struct BuildRequest {
   const OpSpec* spec = nullptr;
-  Target target;
+  Target target;  // what the artifact is for: the one asked, or a cpu level its flags raised
+  std::vector<std::string> notes;  // for the person who asked (a raised level)
   jit::CompileRequest compile;                    // sources include the generated entry TU
   std::vector<runtime::KernelSignature> kernels;  // entries, then the check's reference
 };
 
 // Reads the spec's sources (the bytes compiled are the bytes hashed).
-Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& target);
+Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked);
 
 // The C++ of the generated translation unit that gives each entry point (and the check's
 // reference function) an extern "C" kiln_entry_<name>(block, args) wrapper.

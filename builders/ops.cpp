@@ -206,6 +206,8 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   out.op = spec.name;
   out.target = target.str();
   KILN_ASSIGN_OR_RETURN(Inputs in, inputs_for(spec, target));
+  out.target = in.request.target.str();
+  out.warnings = in.request.notes;
   BuildRequest& request = in.request;
   const bool nvrtc = in.nvrtc;
   const std::string& identity = in.identity;
@@ -302,7 +304,8 @@ Result<OpBuilder> Ops::create_op_builder(const std::string& op, const std::strin
 Status OpBuilder::is_compatible() const {
   KILN_RETURN_IF_ERROR(builders::is_compatible(m_spec, m_target));
   KILN_ASSIGN_OR_RETURN(runtime::Accelerator * acc, m_ops->accelerator_for(m_target));
-  return acc->can_load(artifact_kind_for(m_target), m_target.str());
+  Target built_for = effective_target(m_spec.flags, m_target);
+  return acc->can_load(artifact_kind_for(built_for), built_for.str());
 }
 
 void Ops::wait_background() {
@@ -376,7 +379,8 @@ Result<std::shared_ptr<LoadedOp>> Ops::load(const std::string& name, const Targe
   KILN_ASSIGN_OR_RETURN(runtime::Accelerator * accelerator, accelerator_for(target));
   // An artifact this device cannot run (a CPU level it lacks, a newer GPU) is refused before
   // it is even looked up.
-  KILN_RETURN_IF_ERROR(accelerator->can_load(artifact_kind_for(target), target.str()));
+  Target built_for = effective_target(spec.flags, target);  // an op's instruction-set flags may raise it
+  KILN_RETURN_IF_ERROR(accelerator->can_load(artifact_kind_for(built_for), built_for.str()));
   KILN_ASSIGN_OR_RETURN(BuildOutcome outcome, build(spec, target));
   if (!outcome.success)
     return Status(StatusCode::kCompileError, "op " + name + " does not compile for " + target.str() + ":\n" + outcome.diagnostics_text());

@@ -6,6 +6,9 @@
 #include <random>
 
 #include "builders/expr.h"
+#include "runtime/host_cpu.h"
+#include "support/half.h"
+#include "support/units.h"
 
 namespace kiln::builders {
 namespace {
@@ -28,9 +31,21 @@ void fill(std::vector<unsigned char>& bytes, uint64_t count, const std::string& 
   }
 }
 
+// A half type's buffer: random floats in [-1, 1] (or 0, or 1), rounded to it.
+void fill_half(std::vector<unsigned char>& bytes, uint64_t count, const std::string& init, std::mt19937_64& rng,
+               uint16_t (*to_bits)(float)) {
+  for (uint64_t i = 0; i < count; ++i) {
+    float v = init == "zero" ? 0.f : init == "ones" ? 1.f : static_cast<float>(std::uniform_real_distribution<double>(-1.0, 1.0)(rng));
+    uint16_t bits = to_bits(v);
+    std::memcpy(bytes.data() + 2 * i, &bits, 2);
+  }
+}
+
 void fill_buffer(HostBuffer& b, std::mt19937_64& rng) {
   b.bytes.resize(b.count * scalar_size(b.spec->type));
   switch (b.spec->type) {
+    case ScalarType::kFloat16: fill_half(b.bytes, b.count, b.spec->init, rng, float_to_half_bits); break;
+    case ScalarType::kBFloat16: fill_half(b.bytes, b.count, b.spec->init, rng, float_to_bfloat16_bits); break;
     case ScalarType::kFloat: fill<float>(b.bytes, b.count, b.spec->init, rng); break;
     case ScalarType::kDouble: fill<double>(b.bytes, b.count, b.spec->init, rng); break;
     case ScalarType::kInt8: fill<int8_t>(b.bytes, b.count, b.spec->init, rng); break;
@@ -51,7 +66,14 @@ double element(const std::vector<unsigned char>& bytes, ScalarType t, uint64_t i
     std::memcpy(&v, bytes.data() + i * sizeof v, sizeof v);
     return static_cast<double>(v);
   };
+  auto half_at = [&](float (*from_bits)(uint16_t)) {
+    uint16_t bits;
+    std::memcpy(&bits, bytes.data() + i * 2, 2);
+    return static_cast<double>(from_bits(bits));
+  };
   switch (t) {
+    case ScalarType::kFloat16: return half_at(half_bits_to_float);
+    case ScalarType::kBFloat16: return half_at(bfloat16_bits_to_float);
     case ScalarType::kFloat: return at(float{});
     case ScalarType::kDouble: return at(double{});
     case ScalarType::kInt8: return at(int8_t{});
@@ -72,6 +94,8 @@ std::vector<unsigned char> scalar_bytes(ScalarType t, double value) {
   auto put = [&](auto v) { std::memcpy(out.data(), &v, sizeof v); };
   switch (t) {
     case ScalarType::kBool: put(static_cast<bool>(value)); break;
+    case ScalarType::kFloat16: put(float_to_half_bits(static_cast<float>(value))); break;
+    case ScalarType::kBFloat16: put(float_to_bfloat16_bits(static_cast<float>(value))); break;
     case ScalarType::kFloat: put(static_cast<float>(value)); break;
     case ScalarType::kDouble: put(value); break;
     case ScalarType::kInt8: put(static_cast<int8_t>(value)); break;
@@ -166,15 +190,38 @@ Result<CheckReport> run_self_check(Ops& ops, const LoadedOp& op, const CheckOpti
   if (grid_count < 1 || grid_count > UINT32_MAX)
     return invalid_argument("op " + spec.name + ": grid '" + check.grid + "' is " + std::to_string(grid_count) + " blocks");
 
-  std::mt19937_64 rng(options.seed);
   std::vector<HostBuffer> buffers;
+  uint64_t total = 0;
+  std::string sizes;
   for (auto& b : check.buffers) {
     KILN_ASSIGN_OR_RETURN(int64_t count, eval_expr(b.count, names));
     if (count < 1) return invalid_argument("op " + spec.name + ": buffer " + b.name + " has " + std::to_string(count) + " elements");
-    HostBuffer hb{&b, static_cast<uint64_t>(count), {}};
-    fill_buffer(hb, rng);
-    buffers.push_back(std::move(hb));
+    uint64_t size = scalar_size(b.type);
+    if (static_cast<uint64_t>(count) > (uint64_t{1} << 60) / size)
+      return invalid_argument("op " + spec.name + ": buffer " + b.name + " would hold " + std::to_string(count) +
+                              " elements; give smaller sizes with --dim NAME=VALUE");
+    total += static_cast<uint64_t>(count) * size;
+    sizes += (sizes.empty() ? "" : ", ") + b.name + " " + human_size(static_cast<uint64_t>(count) * size);
+    buffers.push_back({&b, static_cast<uint64_t>(count), {}});
   }
+  // Refused at once rather than found out by the allocator (or the OOM killer) a minute in. The
+  // host holds four copies of every buffer: the inputs, the kernel's result, and the
+  // reference's working copies and result; a device that is not the host, one more.
+  uint64_t host_needed = 4 * total, host_available = runtime::host_available_memory();
+  if (host_available && host_needed > host_available)
+    return invalid_argument("op " + spec.name + ": the check's buffers take " + human_size(total) + " (" + sizes +
+                            "), and the check keeps 4 copies on the host (inputs, the kernel's result, the reference's "
+                            "copies and result): " + human_size(host_needed) + ", but this machine has " +
+                            human_size(host_available) + " available; give smaller sizes with --dim NAME=VALUE");
+  if (op.accelerator().name() != "cpu") {
+    uint64_t device_available = op.accelerator().memory_stats().available;
+    if (device_available && total > device_available)
+      return invalid_argument("op " + spec.name + ": the check's buffers take " + human_size(total) + " (" + sizes + ") on " +
+                              op.accelerator().device_name(0) + ", which has " + human_size(device_available) +
+                              " available; give smaller sizes with --dim NAME=VALUE");
+  }
+  std::mt19937_64 rng(options.seed);
+  for (auto& hb : buffers) fill_buffer(hb, rng);
   const EntryPoint& entry = *spec.find_entry(check.entry);
   KILN_ASSIGN_OR_RETURN(runtime::Kernel * kernel, op.kernel(check.entry));
   std::shared_ptr<LoadedOp> host_op;

@@ -24,8 +24,10 @@ struct SourcePos {
 // Bad spec input: "file:line:col: message".
 Status spec_error(const SourcePos& pos, const std::string& message);
 
-// The scalar types a parameter may have, by value or through a pointer.
-enum class ScalarType { kBool, kInt8, kUInt8, kInt16, kUInt16, kInt32, kUInt32, kInt64, kUInt64, kFloat, kDouble, kVoid };
+// The scalar types a parameter may have, by value or through a pointer. kFloat16 and kBFloat16
+// are spelled "half" (or _Float16) and "bfloat16" (or __bf16) in specs, _Float16 and __bf16 in
+// the generated CPU entry points; a CUDA kernel takes __half and __nv_bfloat16 for them.
+enum class ScalarType { kBool, kInt8, kUInt8, kInt16, kUInt16, kInt32, kUInt32, kInt64, kUInt64, kFloat16, kBFloat16, kFloat, kDouble, kVoid };
 
 struct ParamSpec {
   std::string type;   // normalised C++ spelling: "const float*", "int64_t"

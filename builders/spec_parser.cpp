@@ -24,6 +24,7 @@
 
 #include "builders/expr.h"
 #include "builders/spec.h"
+#include "builders/target.h"
 #include "support/file_util.h"
 
 namespace kiln::builders {
@@ -53,6 +54,8 @@ const char* scalar_type_name(ScalarType t) {
     case ScalarType::kUInt32: return "uint32_t";
     case ScalarType::kInt64: return "int64_t";
     case ScalarType::kUInt64: return "uint64_t";
+    case ScalarType::kFloat16: return "half";
+    case ScalarType::kBFloat16: return "bfloat16";
     case ScalarType::kFloat: return "float";
     case ScalarType::kDouble: return "double";
     case ScalarType::kVoid: return "void";
@@ -66,7 +69,9 @@ uint32_t scalar_size(ScalarType t) {
     case ScalarType::kInt8:
     case ScalarType::kUInt8: return 1;
     case ScalarType::kInt16:
-    case ScalarType::kUInt16: return 2;
+    case ScalarType::kUInt16:
+    case ScalarType::kFloat16:
+    case ScalarType::kBFloat16: return 2;
     case ScalarType::kInt32:
     case ScalarType::kUInt32:
     case ScalarType::kFloat: return 4;
@@ -87,6 +92,8 @@ std::optional<ScalarType> scalar_from_name(std::string_view n) {
       {"int", ScalarType::kInt32},       {"uint32_t", ScalarType::kUInt32}, {"unsigned", ScalarType::kUInt32},
       {"int64_t", ScalarType::kInt64},   {"uint64_t", ScalarType::kUInt64}, {"size_t", ScalarType::kUInt64},
       {"float", ScalarType::kFloat},     {"double", ScalarType::kDouble},   {"void", ScalarType::kVoid},
+      {"half", ScalarType::kFloat16},    {"_Float16", ScalarType::kFloat16}, {"bfloat16", ScalarType::kBFloat16},
+      {"__bf16", ScalarType::kBFloat16},
   };
   auto it = k_names.find(n);
   if (it == k_names.end()) return std::nullopt;
@@ -230,6 +237,16 @@ class SpecParser {
       return spec_error(pos_of(where), "flag '" + flag +
                                            "' is not allowed: flags may tune code generation (-O*, -f*, -W*, -m*, -g*); "
                                            "kiln sets the target, language and outputs itself");
+    // OpenMP threads inside a kernel would compete with the worker pool that already runs the
+    // launch's blocks on every core (and need a runtime kiln does not link). SIMD pragmas are fine.
+    if (flag == "-fopenmp" || (flag.rfind("-fopenmp", 0) == 0 && flag.rfind("-fopenmp-simd", 0) != 0))
+      return spec_error(pos_of(where), "flag '" + flag +
+                                           "' is not allowed: kiln's CPU backend already runs a launch's blocks on all "
+                                           "cores, and OpenMP threads inside a kernel would fight its workers for them; "
+                                           "use -fopenmp-simd for '#pragma omp simd', and more blocks for parallelism");
+    // An instruction set flag raises the cpu level the artifact needs; one outside the levels
+    // is refused (builders/target.h).
+    if (auto level = cpu_level_for_flag(flag); !level.ok()) return spec_error(pos_of(where), level.status().message());
     return {};
   }
 
@@ -336,7 +353,7 @@ class SpecParser {
     }
     auto bad = [&] {
       return spec_error(p.pos, "unsupported parameter type '" + type.substr(0, type.find_last_not_of(" \t") + 1) +
-                                   "': use a scalar (bool, int8_t..uint64_t, int, unsigned, size_t, float, double) "
+                                   "': use a scalar (bool, int8_t..uint64_t, int, unsigned, size_t, half, bfloat16, float, double) "
                                    "or a pointer to one (or void*), optionally const");
     };
     if (i >= tokens.size()) return bad();
@@ -349,7 +366,12 @@ class SpecParser {
     if (i != tokens.size()) return bad();
     if (*scalar == ScalarType::kVoid && !p.is_pointer) return bad();
     p.scalar = *scalar;
-    p.type = std::string(is_const ? "const " : "") + tokens[is_const ? 1 : 0] + (p.is_pointer ? "*" : "");
+    // As the generated CPU entry declares it: the name written, but Clang's names for the
+    // half types (a CUDA kernel spells them __half and __nv_bfloat16; only sizes cross).
+    std::string base = *scalar == ScalarType::kFloat16    ? "_Float16"
+                       : *scalar == ScalarType::kBFloat16 ? "__bf16"
+                                                          : tokens[is_const ? 1 : 0];
+    p.type = std::string(is_const ? "const " : "") + base + (p.is_pointer ? "*" : "");
     p.size = p.is_pointer ? sizeof(void*) : scalar_size(*scalar);
     return p;
   }
@@ -476,7 +498,13 @@ class SpecParser {
       if (p.is_pointer != is_buffer)
         return spec_error(pos_of(a), "parameter '" + p.name + "' (" + p.type + ") needs " +
                                          (p.is_pointer ? "a buffer name" : "a number or expression, not a buffer"));
-      if (!is_buffer && !a.is_floating_point()) {
+      // A number with a fraction or exponent ("1.5", 2e-3) is taken as it is; else an integer
+      // expression over the dims.
+      char* end = nullptr;
+      std::strtod(value.c_str(), &end);
+      bool literal = a.is_floating_point() ||
+                     (end && *end == '\0' && !value.empty() && value.find_first_of(".eE") != std::string::npos);
+      if (!is_buffer && !literal) {
         if (auto v = eval_expr(value, names); !v.ok()) return spec_error(pos_of(a), v.status().message());
       }
       c.args.push_back(value);

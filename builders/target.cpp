@@ -62,6 +62,56 @@ Result<Target> parse_target(std::string_view text) {
 
 namespace kiln::builders {
 
+namespace {
+
+// The instruction sets of each x86-64 micro-architecture level (the psABI's list), by the
+// name Clang's -m<name> flag takes.
+int level_of_feature(std::string_view f) {
+  static const std::pair<std::string_view, int> k_features[] = {
+      {"mmx", 1},    {"sse", 1},     {"sse2", 1},    {"fxsr", 1},    {"cx8", 1},      {"sse3", 2},     {"ssse3", 2},
+      {"sse4.1", 2}, {"sse4.2", 2},  {"sse4", 2},    {"popcnt", 2},  {"cx16", 2},     {"sahf", 2},     {"avx", 3},
+      {"avx2", 3},   {"bmi", 3},     {"bmi2", 3},    {"f16c", 3},    {"fma", 3},      {"lzcnt", 3},    {"movbe", 3},
+      {"xsave", 3},  {"avx512f", 4}, {"avx512bw", 4}, {"avx512cd", 4}, {"avx512dq", 4}, {"avx512vl", 4}, {"evex512", 4},
+  };
+  for (auto& [name, level] : k_features)
+    if (name == f) return level;
+  return 0;
+}
+
+// -m flags that select no instruction set.
+bool is_codegen_only(std::string_view f) {
+  static const std::string_view k_prefixes[] = {"prefer-vector-width=", "fpmath=",   "recip",          "stackrealign",
+                                                "red-zone",             "tls-dialect=", "omit-leaf-frame-pointer",
+                                                "speculative-load-hardening", "align-double", "long-double-"};
+  for (auto p : k_prefixes)
+    if (f.substr(0, p.size()) == p) return true;
+  return false;
+}
+
+}  // namespace
+
+Result<int> cpu_level_for_flag(std::string_view flag) {
+  if (flag.substr(0, 2) != "-m") return 0;
+  std::string_view f = flag.substr(2);
+  if (f.substr(0, 3) == "no-") return 0;  // takes an instruction set away: asks nothing more
+  if (int level = level_of_feature(f)) return level;
+  if (is_codegen_only(f)) return 0;
+  return invalid_argument(
+      "flag '" + std::string(flag) +
+      "' enables what is not in the x86-64 levels kiln targets (v2: sse3 to sse4.2, popcnt, cx16; v3: avx, avx2, bmi, bmi2, "
+      "f16c, fma, lzcnt, movbe; v4: avx512f, avx512bw, avx512cd, avx512dq, avx512vl), so an artifact built with it could "
+      "not say which CPUs may load it; put __attribute__((target(\"" + std::string(f) +
+      "\"))) on the functions that need it and choose them at run time with __builtin_cpu_supports(\"" + std::string(f) + "\")");
+}
+
+Target effective_target(const std::vector<std::string>& flags, const Target& asked) {
+  if (asked.backend != "cpu") return asked;
+  int level = runtime::parse_x86_level(asked.arch).value_or(1);
+  for (auto& f : flags)
+    if (auto needed = cpu_level_for_flag(f); needed.ok()) level = std::max(level, needed.value());
+  return Target{"cpu", runtime::x86_level_name(level)};
+}
+
 std::vector<int> cuda_archs(const Target& target) { return cuda_archs_in(target.arch); }
 
 }  // namespace kiln::builders

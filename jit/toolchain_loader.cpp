@@ -70,6 +70,9 @@ Result<std::string> clang_toolchain_identity() {
       }
       id += ";" + file.substr(file.find_last_of('/') + 1) + "=" + build_id.value();
     }
+    // Compiler-rt's builtins are linked into host artifacts (another package than libclang).
+    auto builtins = memo_file_hash(KILN_CLANG_BUILTINS_PATH);
+    id += ";clang_rt.builtins=" + (builtins.ok() ? builtins->hex() : std::string("none"));
     identity = id;
   });
   return identity;

@@ -1,6 +1,10 @@
 #include "runtime/host_cpu.h"
 
+#include <sys/sysinfo.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace kiln::runtime {
 
@@ -49,6 +53,20 @@ std::optional<int> parse_x86_level(std::string_view name) {
   if (name == "x86-64-v3") return 3;
   if (name == "x86-64-v4") return 4;
   return std::nullopt;
+}
+
+uint64_t host_available_memory() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return uint64_t{kib} * 1024;
+  }
+  struct sysinfo info{};
+  if (::sysinfo(&info) == 0) return (uint64_t{info.freeram} + info.bufferram) * info.mem_unit;
+  return 0;
 }
 
 }  // namespace kiln::runtime

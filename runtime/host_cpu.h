@@ -3,6 +3,7 @@
 // cache key, and an artifact for a level the running CPU lacks is never loaded.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,5 +17,9 @@ int host_x86_level();
 std::string x86_level_name(int level);
 // Inverse of x86_level_name; nullopt for anything else.
 std::optional<int> parse_x86_level(std::string_view name);
+
+// Host memory that new allocations can have without swapping: MemAvailable from /proc/meminfo
+// (free memory plus what the page cache would give back), else sysinfo's free + buffers.
+uint64_t host_available_memory();
 
 }  // namespace kiln::runtime

@@ -217,7 +217,7 @@ WarmRow warm_one(builders::Ops& ops, const WarmItem& item, bool check) {
     return row;
   }
   if (auto acc = ops.accelerator_for(target);
-      !acc.ok() || !(*acc)->can_load(builders::artifact_kind_for(target), target.str()).ok()) {
+      !acc.ok() || !(*acc)->can_load(builders::artifact_kind_for(target), builders::effective_target(spec->flags, target).str()).ok()) {
     row.check = "not runnable here";
     return row;
   }

@@ -130,10 +130,8 @@ runtime::MemoryStats CpuAccelerator::memory_stats() const {
   runtime::MemoryStats s;
   m_memory.fill(s);
   struct sysinfo info{};
-  if (::sysinfo(&info) == 0) {
-    s.total = uint64_t{info.totalram} * info.mem_unit;
-    s.available = (uint64_t{info.freeram} + info.bufferram) * info.mem_unit;
-  }
+  if (::sysinfo(&info) == 0) s.total = uint64_t{info.totalram} * info.mem_unit;
+  s.available = runtime::host_available_memory();
   return s;
 }
 

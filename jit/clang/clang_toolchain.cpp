@@ -313,14 +313,16 @@ bool link_shared_object(const std::vector<ObjectFile>& objects, const std::strin
     return false;
   }
   std::string dir = pattern;
+  // --exclude-libs keeps what comes from the builtins archive private to the module.
   std::vector<std::string> storage = {"ld.lld", "-shared", "--hash-style=gnu", "-z", "noexecstack",
-                                      "-z", "now", "-o", dir + "/module.so"};
+                                      "-z", "now", "--exclude-libs=ALL", "-o", dir + "/module.so"};
   bool written = true;
   for (size_t i = 0; i < objects.size(); ++i) {
     std::string path = dir + "/" + std::to_string(i) + ".o";
     written = written && write_file_atomic(path, std::string_view(objects[i].bytes.data(), objects[i].bytes.size())).ok();
     storage.push_back(path);
   }
+  if (::access(KILN_CLANG_BUILTINS_PATH, R_OK) == 0) storage.push_back(KILN_CLANG_BUILTINS_PATH);
   bool ok = false;
   if (written) {
     std::vector<const char*> argv;

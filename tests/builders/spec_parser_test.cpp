@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "builders/spec.h"
+#include "builders/target.h"
 #include <filesystem>
 
 #include "tests/test_util.h"
@@ -146,6 +147,49 @@ TEST_F(SpecParserTest, CheckSectionIsValidated) {
                9, "needs a buffer name");
   expect_error(head + "grid = \"n\"\nbuffers = [{ name = \"x\", type = \"string\", count = \"n\" }]\n", 17, 33,
                "buffer type 'string'");
+}
+
+TEST_F(SpecParserTest, HalfTypesAreParametersAndBuffers) {
+  std::string head = "name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\"]\n[[entry]]\nname = \"k\"\n";
+  auto r = parse(head + "params = [\"const half* x\", \"bfloat16* y\", \"_Float16 a\", \"__bf16 b\", \"int64_t n\"]\n"
+                        "[check]\nreference = \"k_ref\"\ngrid = \"1\"\nbuffers = [{ name = \"x\", type = \"half\", count = \"4\" },"
+                        " { name = \"y\", type = \"bfloat16\", count = \"4\", output = true }]\nargs = [\"x\", \"y\", \"1.5\", \"2\", \"4\"]\n");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  auto& p = r->entries[0].params;
+  // Clang's spelling in the generated entry; two bytes by value.
+  EXPECT_EQ(p[0].type, "const _Float16*");
+  EXPECT_EQ(p[1].type, "__bf16*");
+  EXPECT_EQ(p[2].type, "_Float16");
+  EXPECT_EQ(p[2].size, 2u);
+  EXPECT_EQ(p[3].scalar, ScalarType::kBFloat16);
+  EXPECT_EQ(r->check->buffers[0].type, ScalarType::kFloat16);
+  EXPECT_EQ(r->check->buffers[1].type, ScalarType::kBFloat16);
+}
+
+TEST_F(SpecParserTest, OpenMpThreadsAreRefusedAndSimdIsAllowed) {
+  std::string head = "name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\"]\n";
+  expect_error(head + "flags = [\"-O3\", \"-fopenmp\"]\n", 4, 17, "OpenMP threads inside a kernel would fight its workers");
+  expect_error(head + "flags = [\"-fopenmp=libomp\"]\n", 4, 10, "use -fopenmp-simd");
+  auto ok = parse(head + "flags = [\"-fopenmp-simd\"]\n[[entry]]\nname = \"k\"\nparams = []\n");
+  EXPECT_TRUE(ok.ok()) << ok.status().message();
+}
+
+TEST_F(SpecParserTest, InstructionSetFlagsAreKnownOrRefused) {
+  std::string head = "name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\"]\n";
+  std::string entry = "[[entry]]\nname = \"k\"\nparams = []\n";
+  for (const char* ok : {"-mavx512f", "-mavx2", "-mno-avx512f", "-mprefer-vector-width=512", "-msse4.2"}) {
+    auto r = parse(head + "flags = [\"" + ok + "\"]\n" + entry);
+    EXPECT_TRUE(r.ok()) << ok << ": " << r.status().message();
+  }
+  expect_error(head + "flags = [\"-mamx-tile\"]\n", 4, 10, "not in the x86-64 levels kiln targets");
+  expect_error(head + "flags = [\"-mamx-tile\"]\n", 4, 10, "__attribute__((target(\"amx-tile\")))");
+  expect_error(head + "flags = [\"-mavx512fp16\"]\n", 4, 10, "__builtin_cpu_supports(\"avx512fp16\")");
+  expect_error(head + "flags = [\"-mfrobnicate\"]\n", 4, 10, "flag '-mfrobnicate'");
+  // The level an op's flags need: the highest of theirs and the target asked.
+  EXPECT_EQ(effective_target({"-mavx512f"}, parse_target("cpu:x86-64-v2").value()).str(), "cpu:x86-64-v4");
+  EXPECT_EQ(effective_target({"-mavx2", "-mno-avx512f"}, parse_target("cpu:x86-64-v2").value()).str(), "cpu:x86-64-v3");
+  EXPECT_EQ(effective_target({"-msse4.2"}, parse_target("cpu:x86-64-v3").value()).str(), "cpu:x86-64-v3");
+  EXPECT_EQ(effective_target({"-mavx512f"}, parse_target("cuda:sm_90").value()).str(), "cuda:sm_90");
 }
 
 TEST_F(SpecParserTest, InlineSourcesNeedAFileName) {

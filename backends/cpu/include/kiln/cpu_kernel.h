@@ -47,6 +47,12 @@ using Block = kiln_cpu_block;
 inline uint64_t threads_per_block(const Block& b) {
   return uint64_t{b.block_dim.x} * b.block_dim.y * b.block_dim.z;
 }
+#if defined(__clang__)  // kernels are compiled by Clang; kiln itself (g++ 12) has no __bf16
+// The half types of specs ("half", "bfloat16"): Clang's _Float16 and __bf16, which compute
+// through float on CPUs without native support.
+using half = _Float16;
+using bfloat16 = __bf16;
+#endif
 // The linear index of the block's first thread in a 1-D launch.
 inline uint64_t first_thread(const Block& b) { return uint64_t{b.block_idx.x} * b.block_dim.x; }
 }  // namespace kiln::cpu
