@@ -48,23 +48,25 @@ std::string cuda_toolchain_for(const OpSpec& spec) {
 
 static std::string entry_source_name(const OpSpec& spec) { return ".kiln-entry-" + spec.name + ".cpp"; }
 
+// The extern "C" entry kiln_entry_<symbol> that unpacks the arguments and calls `callee`: a
+// function it declares first, or (`declare` false) a template instance visible where the
+// wrapper is placed.
 static void append_wrapper(std::string& out, const std::string& callee, const std::string& symbol,
-                           const std::vector<ParamSpec>& params, bool takes_block) {
-  out += "__attribute__((visibility(\"hidden\"))) void " + callee + "(";
-  std::string call;
+                           const std::vector<ParamSpec>& params, bool takes_block, bool declare = true) {
+  std::string declaration, call;
   if (takes_block) {
-    out += "const kiln::cpu::Block&";
+    declaration = "const kiln::cpu::Block&";
     call = "*b";
   }
   for (size_t i = 0; i < params.size(); ++i) {
     if (takes_block || i > 0) {
-      out += ", ";
+      declaration += ", ";
       call += ", ";
     }
-    out += params[i].type;
-    call += "kiln_arg<" + params[i].type + ">(a[" + std::to_string(i) + "])";
+    declaration += params[i].type;
+    call += "*static_cast<" + params[i].type + "*>(a[" + std::to_string(i) + "])";
   }
-  out += ");\n";
+  if (declare) out += "__attribute__((visibility(\"hidden\"))) void " + callee + "(" + declaration + ");\n";
   out += "extern \"C\" __attribute__((visibility(\"default\"))) void " KILN_CPU_ENTRY_PREFIX + symbol +
          "(const kiln_cpu_block* b, void* const* a) {\n";
   if (!takes_block) out += "  (void)b;\n";
@@ -78,13 +80,26 @@ std::string generate_cpu_entry_source(const OpSpec& spec) {
       "// A kernel declared here but not defined with exactly these parameter types in the op's\n"
       "// sources is an 'undefined hidden symbol' at link time.\n"
       "#include <kiln/cpu_kernel.h>\n"
-      "extern \"C\" __attribute__((visibility(\"default\"))) const int kiln_cpu_abi_version = KILN_CPU_ABI_VERSION;\n"
-      "template <class T> static inline T kiln_arg(void* p) { return *static_cast<T*>(p); }\n";
-  for (const auto& e : spec.entries) append_wrapper(out, e.name, e.name, e.params, true);
+      "extern \"C\" __attribute__((visibility(\"default\"))) const int kiln_cpu_abi_version = KILN_CPU_ABI_VERSION;\n";
+  for (const auto& e : spec.entries)  // templated entries: see templated_cpu_entries
+    if (e.instance_for("cpu").empty()) append_wrapper(out, e.name, e.name, e.params, true);
   if (spec.check) {
     const EntryPoint* checked = spec.find_entry(spec.check->entry);
     append_wrapper(out, spec.check->reference, spec.check->reference, checked->params, false);
   }
+  return out;
+}
+
+// Entries that are template instances get their wrappers at the end of the op's first source,
+// where the template is visible (defined there or in a header it includes); a #line names them
+// in diagnostics.
+static std::string templated_cpu_entries(const OpSpec& spec) {
+  std::string out;
+  for (const auto& e : spec.entries)
+    if (const std::string& instance = e.instance_for("cpu"); !instance.empty()) {
+      if (out.empty()) out = "\n#line 1 \"kiln: entry points of op " + spec.name + " (generated)\"\n";
+      append_wrapper(out, instance, e.name, e.params, true, /*declare=*/false);
+    }
   return out;
 }
 
@@ -134,7 +149,7 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked)
     r.compile.defines.insert(r.compile.defines.end(), spec.cuda->defines.begin(), spec.cuda->defines.end());
     r.compile.flags = spec.cuda->flags;
     for (auto& e : spec.entries)
-      if (!e.name_expression.empty()) r.compile.name_expressions.push_back(e.name_expression);
+      if (!e.instance_for("cuda").empty()) r.compile.name_expressions.push_back(e.instance_for("cuda"));
     if (cuda_toolchain_for(spec) == "clang") {
       // Kiln's prelude for self-contained kernels (a few ms); the CUDA toolkit's headers, through
       // Clang's wrapper headers, for a kernel that includes any header in <...>.
@@ -144,6 +159,7 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked)
     if (spec.check) r.kernels.pop_back();
     return r;
   }
+  r.compile.sources.front().text += templated_cpu_entries(spec);
   r.compile.sources.push_back({spec.spec_dir + "/" + entry_source_name(spec), generate_cpu_entry_source(spec)});
   r.compile.include_dirs.push_back(cpu_device_include_dir());
   r.compile.flags = spec.flags;
@@ -194,7 +210,8 @@ KeyParts input_key(const BuildRequest& r, const std::string& toolchain_identity,
   }
   for (auto& e : spec.entries) {
     for (auto& p : e.params) k.add("param", e.name + "." + p.name + ":" + p.type);
-    if (!e.name_expression.empty() && r.target.backend == "cuda") k.add("name-expression", e.name + "=" + e.name_expression);
+    if (const std::string& instance = e.instance_for(r.target.backend); !instance.empty())
+      k.add("name-expression", e.name + "=" + instance);
   }
   for (size_t i = 0; i < r.compile.sources.size(); ++i) {
     std::string label = label_for(r.compile.sources[i].path, spec);

@@ -253,7 +253,7 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
     // Templated CUDA entries live in the module under their mangled names.
     for (auto& [expr, lowered] : compiled.lowered_names)
       for (size_t i = 0; i < spec.entries.size() && i < out.kernels.size(); ++i)
-        if (spec.entries[i].name_expression == expr) out.kernels[i].symbol = lowered;
+        if (spec.entries[i].instance_for(target.backend) == expr) out.kernels[i].symbol = lowered;
   }
   if (!m_store) return finish();
   m_store->count(cache::Counter::kCompiles);

@@ -123,8 +123,8 @@ struct DeviceBuffers {
 // One run (kernel or reference) from the same initial buffers; returns the final buffers.
 Result<std::vector<std::vector<unsigned char>>> run_once(const LoadedOp& op, runtime::Kernel& kernel, const EntryPoint& entry,
                                                          const std::vector<HostBuffer>& initial,
-                                                         const std::map<std::string, int64_t>& names, runtime::Dim3 grid,
-                                                         runtime::Dim3 block, double* elapsed_ms) {
+                                                         const std::map<std::string, int64_t>& names,
+                                                         const runtime::LaunchConfig& config, double* elapsed_ms) {
   const CheckSpec& check = *op.spec().check;
   runtime::Accelerator& acc = op.accelerator();
   DeviceBuffers dev{acc, {}};
@@ -160,7 +160,7 @@ Result<std::vector<std::vector<unsigned char>>> run_once(const LoadedOp& op, run
   }
   auto start = std::chrono::steady_clock::now();
   runtime::Stream& stream = acc.default_stream();
-  KILN_RETURN_IF_ERROR(kernel.launch(stream, grid, block, args.data(), args.size()));
+  KILN_RETURN_IF_ERROR(kernel.launch(stream, config, args.data(), args.size()));
   KILN_RETURN_IF_ERROR(stream.synchronize());
   if (elapsed_ms) *elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::vector<std::vector<unsigned char>> out(initial.size());
@@ -234,9 +234,15 @@ Result<CheckReport> run_self_check(Ops& ops, const LoadedOp& op, const CheckOpti
 
   CheckReport report;
   report.grid = static_cast<uint64_t>(grid_count);
-  runtime::Dim3 grid{static_cast<uint32_t>(grid_count), 1, 1}, block{block_threads, 1, 1};
-  KILN_ASSIGN_OR_RETURN(auto got, run_once(op, *kernel, entry, buffers, names, grid, block, &report.kernel_ms));
-  KILN_ASSIGN_OR_RETURN(auto want, run_once(*reference_op, *reference, entry, buffers, names, {1, 1, 1}, {1, 1, 1}, nullptr));
+  runtime::LaunchConfig config{{static_cast<uint32_t>(grid_count), 1, 1}, {block_threads, 1, 1}, 0};
+  if (!check.shared_bytes.empty()) {
+    KILN_ASSIGN_OR_RETURN(int64_t shared, eval_expr(check.shared_bytes, names));
+    if (shared < 0 || shared > UINT32_MAX)
+      return invalid_argument("op " + spec.name + ": shared_bytes '" + check.shared_bytes + "' is " + std::to_string(shared));
+    config.shared_bytes = static_cast<uint32_t>(shared);
+  }
+  KILN_ASSIGN_OR_RETURN(auto got, run_once(op, *kernel, entry, buffers, names, config, &report.kernel_ms));
+  KILN_ASSIGN_OR_RETURN(auto want, run_once(*reference_op, *reference, entry, buffers, names, runtime::LaunchConfig{}, nullptr));
 
   for (size_t j = 0; j < buffers.size(); ++j) {
     if (!buffers[j].spec->output) continue;

@@ -40,7 +40,11 @@ struct ParamSpec {
 
 struct EntryPoint {
   std::string name;
-  std::string name_expression;  // CUDA: a template instance to compile as this entry, "scale<float>"
+  // A template instance to compile as this entry ("softmax_forward<float, 256>"), by backend:
+  // the spec's name_expression = "..." sets it for every backend, { cpu = "...", cuda = "..." }
+  // for some. No instance: the entry is a plain function named `name`.
+  std::map<std::string, std::string> instances;
+  const std::string& instance_for(std::string_view backend) const;
   std::vector<ParamSpec> params;
   SourcePos pos;
 };
@@ -69,6 +73,7 @@ struct CheckSpec {
   std::string reference;                // a host function with the entry's parameters
   uint32_t block = 256;
   std::string grid;                     // expression over dims and `block`
+  std::string shared_bytes;             // dynamic shared memory per block: expression ("" = none)
   std::vector<CheckBuffer> buffers;
   std::vector<std::string> args;        // one per parameter: a buffer, an expression, a number
   double rtol = 1e-5, atol = 1e-6;

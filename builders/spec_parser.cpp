@@ -37,6 +37,12 @@ std::string SourcePos::str() const {
 Status spec_error(const SourcePos& pos, const std::string& message) { return invalid_argument(pos.str() + ": " + message); }
 
 
+const std::string& EntryPoint::instance_for(std::string_view backend) const {
+  static const std::string k_none;
+  auto it = instances.find(std::string(backend));
+  return it == instances.end() ? k_none : it->second;
+}
+
 const EntryPoint* OpSpec::find_entry(const std::string& n) const {
   for (auto& e : entries)
     if (e.name == n) return &e;
@@ -390,8 +396,20 @@ class SpecParser {
       KILN_ASSIGN_OR_RETURN(e.name, required_string(*t, "name"));
       if (!is_identifier(e.name)) return spec_error(pos_of(*t->get("name")), "entry name '" + e.name + "' must be an identifier");
       if (spec.find_entry(e.name)) return spec_error(pos_of(*t->get("name")), "entry '" + e.name + "' is defined twice");
-      if (t->get("name_expression")) {
-        KILN_ASSIGN_OR_RETURN(e.name_expression, required_string(*t, "name_expression"));
+      if (auto* ne = t->get("name_expression")) {
+        if (ne->is_string()) {
+          KILN_ASSIGN_OR_RETURN(std::string expr, required_string(*t, "name_expression"));
+          e.instances = {{"cpu", expr}, {"cuda", expr}};
+        } else if (auto* per = ne->as_table()) {
+          KILN_RETURN_IF_ERROR(check_keys(*per, {"cpu", "cuda"}));
+          for (auto&& [backend, value] : *per) {
+            KILN_ASSIGN_OR_RETURN(std::string expr, required_string(*per, backend.str()));
+            e.instances[std::string(backend.str())] = expr;
+          }
+        } else {
+          return spec_error(pos_of(*ne), "name_expression is a template instance such as \"softmax<float, 256>\", "
+                                         "or a table of them by backend: { cpu = \"...\", cuda = \"...\" }");
+        }
       }
       auto* params = t->get("params");
       if (!params || !params->is_array()) return spec_error(e.pos, "entry '" + e.name + "' needs 'params', an array of strings");
@@ -409,7 +427,8 @@ class SpecParser {
   Status parse_check(const toml::node& node, OpSpec& spec) {
     auto* t = node.as_table();
     if (!t) return spec_error(pos_of(node), "'check' must be a table");
-    KILN_RETURN_IF_ERROR(check_keys(*t, {"dims", "entry", "reference", "block", "grid", "buffers", "args", "rtol", "atol"}));
+    KILN_RETURN_IF_ERROR(
+        check_keys(*t, {"dims", "entry", "reference", "block", "grid", "shared_bytes", "buffers", "args", "rtol", "atol"}));
     CheckSpec c;
     c.pos = pos_of(node);
     if (auto* dims = t->get("dims")) {
@@ -441,6 +460,13 @@ class SpecParser {
     auto names = c.dims;
     names["block"] = c.block;
     if (auto g = eval_expr(c.grid, names); !g.ok()) return spec_error(pos_of(*t->get("grid")), "grid: " + g.status().message());
+    if (auto* sb = t->get("shared_bytes")) {
+      if (sb->is_integer()) c.shared_bytes = std::to_string(**sb->as_integer());
+      else if (sb->is_string()) c.shared_bytes = **sb->as_string();
+      else return spec_error(pos_of(*sb), "shared_bytes is a number or an expression such as \"block * 4\"");
+      if (auto v = eval_expr(c.shared_bytes, names); !v.ok() || *v < 0 || *v > UINT32_MAX)
+        return spec_error(pos_of(*sb), "shared_bytes: " + (v.ok() ? "must be 0 to 4 GiB" : v.status().message()));
+    }
     for (const char* tol : {"rtol", "atol"}) {
       if (auto* v = t->get(tol)) {
         auto d = v->value<double>();

@@ -28,6 +28,15 @@ struct Dim3 {
   uint64_t count() const { return uint64_t{x} * y * z; }
 };
 
+// The shape of one launch. Maps to cuLaunchKernel's grid, block and sharedMemBytes.
+struct LaunchConfig {
+  Dim3 grid, block;
+  // Dynamic shared memory per block, in bytes: on CUDA, `extern __shared__` memory; on the CPU,
+  // a scratch buffer of this size that each block's Block::shared points to (per block,
+  // uninitialised, as on a GPU).
+  uint32_t shared_bytes = 0;
+};
+
 // What the loader needs to know about one entry point: its name and the size in bytes of
 // each parameter as passed by value (a pointer is 8). Launch copies exactly these bytes.
 struct KernelSignature {
@@ -96,10 +105,14 @@ class Kernel {
  public:
   virtual ~Kernel() = default;
   virtual const KernelSignature& signature() const = 0;
-  // Queues a launch of grid.count() blocks of `block` threads. `args[i]` points to the
-  // value of parameter i; the values are copied before launch returns, so the caller may
+  // Queues a launch of config.grid.count() blocks of config.block threads. `args[i]` points to
+  // the value of parameter i; the values are copied before launch returns, so the caller may
   // reuse them at once. The number of args must equal the signature's.
-  virtual Status launch(Stream& stream, Dim3 grid, Dim3 block, const void* const* args, size_t num_args) = 0;
+  virtual Status launch(Stream& stream, const LaunchConfig& config, const void* const* args, size_t num_args) = 0;
+  // The same without dynamic shared memory.
+  Status launch(Stream& stream, Dim3 grid, Dim3 block, const void* const* args, size_t num_args) {
+    return launch(stream, LaunchConfig{grid, block, 0}, args, num_args);
+  }
 };
 
 // Loaded code. Maps to CUmodule. Kernels it returns live as long as the module.

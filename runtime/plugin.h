@@ -19,7 +19,8 @@
 
 namespace kiln::runtime {
 
-inline constexpr int k_plugin_abi_version = 1;
+// 2: Kernel::launch takes a LaunchConfig (dynamic shared memory); kiln_cpu_block grew.
+inline constexpr int k_plugin_abi_version = 2;
 
 struct PluginHost {
   int abi_version = k_plugin_abi_version;

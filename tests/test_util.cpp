@@ -49,7 +49,7 @@ std::string kiln_binary() { return KILN_TEST_BINARY; }
 void write_templated_spec(const TempDir& dir) {
   dir.write("scale_f32.toml",
             "name = \"scale_f32\"\nlanguage = \"cpp\"\nsources = [\"scale.cpp\"]\n"
-            "[[entry]]\nname = \"scale_f32\"\nname_expression = \"scale<float>\"\n"
+            "[[entry]]\nname = \"scale_f32\"\nname_expression = { cuda = \"scale<float>\" }\n"
             "params = [\"float* x\", \"float a\", \"int64_t n\"]\n[cuda]\nsources = [\"scale.cu\"]\n");
   dir.write("scale.cpp",
             "#include <kiln/cpu_kernel.h>\n"
@@ -62,6 +62,58 @@ void write_templated_spec(const TempDir& dir) {
             "  long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;\n"
             "  if (i < n) x[i] *= a;\n"
             "}\n");
+}
+
+void write_block_sum_spec(const TempDir& dir) {
+  dir.write("block_sum_f32.toml", R"toml(name = "block_sum_f32"
+language = "cpp"
+sources = ["block_sum.cpp"]
+[[entry]]
+name = "block_sum_f32"
+name_expression = "block_sum<float, 128>"
+params = ["const float* x", "float* out", "int64_t n"]
+[check]
+dims = { n = 100003 }
+block = 128
+grid = "cdiv(n, block)"
+shared_bytes = "block * 4"
+reference = "block_sum_reference"
+buffers = [{ name = "x", type = "float", count = "n" }, { name = "out", type = "float", count = "cdiv(n, block)", init = "zero", output = true }]
+args = ["x", "out", "n"]
+rtol = 1e-4
+atol = 1e-5
+[cuda]
+sources = ["block_sum.cu"]
+)toml");
+  dir.write("block_sum.cpp", R"(#include <kiln/cpu_kernel.h>
+// Stages the block's elements in its dynamic shared memory, then sums them from there.
+template <class T, int B>
+void block_sum(const kiln::cpu::Block& b, const T* x, T* out, int64_t n) {
+  T* staged = kiln::cpu::shared_memory<T>(b);
+  int64_t base = int64_t(kiln::cpu::first_thread(b));
+  for (int t = 0; t < B; ++t) staged[t] = base + t < n ? x[base + t] : T(0);
+  T sum = 0;
+  for (int t = 0; t < B; ++t) sum += staged[t];
+  out[b.block_idx.x] = sum;
+}
+void block_sum_reference(const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i / 128] += x[i];
+}
+)");
+  dir.write("block_sum.cu", R"(template <class T, int B>
+__global__ void block_sum(const T* x, T* out, long long n) {
+  extern __shared__ unsigned char shared_bytes[];
+  T* staged = reinterpret_cast<T*>(shared_bytes);
+  long long i = (long long)blockIdx.x * B + threadIdx.x;
+  staged[threadIdx.x] = i < n ? x[i] : T(0);
+  __syncthreads();
+  for (int s = B / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) staged[threadIdx.x] += staged[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = staged[0];
+}
+)");
 }
 
 ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {

@@ -40,6 +40,10 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::map<s
 // twin, for tests of NVRTC name expressions.
 void write_templated_spec(const TempDir& dir);
 
+// A spec folder with op block_sum_f32: a templated kernel (block_sum<float, 128>) on the CPU and
+// in CUDA, each block summing its 128 elements through dynamic shared memory.
+void write_block_sum_spec(const TempDir& dir);
+
 // The kiln binary built alongside the tests.
 std::string kiln_binary();
 

@@ -3,11 +3,11 @@
 
 namespace kiln::backends::cpu {
 
-Status CpuKernel::launch(runtime::Stream& stream, runtime::Dim3 grid, runtime::Dim3 block, const void* const* args,
+Status CpuKernel::launch(runtime::Stream& stream, const runtime::LaunchConfig& config, const void* const* args,
                          size_t num_args) {
   auto* s = dynamic_cast<CpuStream*>(&stream);
   if (!s) return invalid_argument("kernel " + m_sig.name + ": the stream belongs to another accelerator");
-  return s->launch(m_entry, m_sig, grid, block, args, num_args);
+  return s->launch(m_entry, m_sig, config, args, num_args);
 }
 
 Result<std::shared_ptr<CpuModule>> CpuModule::load(const runtime::ModuleImage& image) {

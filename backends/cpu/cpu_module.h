@@ -16,7 +16,8 @@ class CpuKernel final : public runtime::Kernel {
  public:
   CpuKernel(runtime::KernelSignature sig, kiln_cpu_entry_fn entry) : m_sig(std::move(sig)), m_entry(entry) {}
   const runtime::KernelSignature& signature() const override { return m_sig; }
-  Status launch(runtime::Stream& stream, runtime::Dim3 grid, runtime::Dim3 block, const void* const* args,
+  using runtime::Kernel::launch;
+  Status launch(runtime::Stream& stream, const runtime::LaunchConfig& config, const void* const* args,
                 size_t num_args) override;
 
  private:

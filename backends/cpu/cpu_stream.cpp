@@ -144,12 +144,33 @@ namespace {
 struct LaunchContext {
   kiln_cpu_entry_fn entry;
   runtime::Dim3 grid, block;
+  uint32_t shared_bytes;
   void* const* params;
 };
+
+// Each worker thread's scratch for blocks' dynamic shared memory: grown when a launch asks for
+// more than it has, so launches of one size allocate only the first time.
+struct SharedScratch {
+  void* data = nullptr;
+  size_t size = 0;
+  ~SharedScratch() { std::free(data); }
+  void* get(size_t bytes) {
+    if (bytes > size) {
+      std::free(data);
+      size = (bytes + 63) / 64 * 64;
+      data = std::aligned_alloc(64, size);
+      if (!data) size = 0;
+    }
+    return data;
+  }
+};
+thread_local SharedScratch t_shared;
 
 void run_block(void* context, uint64_t index) {
   auto* ctx = static_cast<LaunchContext*>(context);
   kiln_cpu_block b;
+  b.shared = ctx->shared_bytes ? t_shared.get(ctx->shared_bytes) : nullptr;
+  b.shared_bytes = b.shared ? ctx->shared_bytes : 0;
   b.grid_dim = {ctx->grid.x, ctx->grid.y, ctx->grid.z};
   b.block_dim = {ctx->block.x, ctx->block.y, ctx->block.z};
   b.block_idx.x = static_cast<uint32_t>(index % ctx->grid.x);
@@ -162,7 +183,7 @@ void run_block(void* context, uint64_t index) {
 void CpuStream::execute(const Command& c, void* const* params) {
   switch (c.op) {
     case Op::kLaunch: {
-      LaunchContext ctx{c.entry, c.grid, c.block, params};
+      LaunchContext ctx{c.entry, c.grid, c.block, c.shared_bytes, params};
       m_pool.run(c.grid.count(), run_block, &ctx);
       break;
     }
@@ -175,7 +196,7 @@ void CpuStream::execute(const Command& c, void* const* params) {
 }
 
 Status CpuStream::pack_launch(Command& c, kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig,
-                              runtime::Dim3 grid, runtime::Dim3 block, const void* const* args, size_t num_args) {
+                              const runtime::LaunchConfig& config, const void* const* args, size_t num_args) {
   size_t offset = 0;
   for (size_t i = 0; i < num_args; ++i) {
     size_t size = sig.param_sizes[i];
@@ -189,21 +210,26 @@ Status CpuStream::pack_launch(Command& c, kiln_cpu_entry_fn entry, const runtime
   }
   c.op = Op::kLaunch;
   c.entry = entry;
-  c.grid = grid;
-  c.block = block;
+  c.grid = config.grid;
+  c.block = config.block;
+  c.shared_bytes = config.shared_bytes;
   c.num_params = static_cast<uint16_t>(num_args);
   return {};
 }
 
-Status CpuStream::launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig, runtime::Dim3 grid,
-                         runtime::Dim3 block, const void* const* args, size_t num_args) {
+Status CpuStream::launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig, const runtime::LaunchConfig& config,
+                         const void* const* args, size_t num_args) {
   if (num_args != sig.param_sizes.size())
     return invalid_argument("kernel " + sig.name + " takes " + std::to_string(sig.param_sizes.size()) +
                             " arguments, launch passed " + std::to_string(num_args));
-  if (grid.count() == 0 || block.count() == 0)
+  if (config.grid.count() == 0 || config.block.count() == 0)
     return invalid_argument("kernel " + sig.name + ": grid and block dimensions must be at least 1");
   if (num_args > k_max_params) return invalid_argument("kernel " + sig.name + ": too many parameters");
-  return submit_or_capture([&](Command& c) { return pack_launch(c, entry, sig, grid, block, args, num_args); });
+  if (config.shared_bytes > k_max_shared_bytes)
+    return invalid_argument("kernel " + sig.name + ": " + std::to_string(config.shared_bytes) +
+                            " bytes of shared memory per block; the cpu accelerator gives at most " +
+                            std::to_string(k_max_shared_bytes));
+  return submit_or_capture([&](Command& c) { return pack_launch(c, entry, sig, config, args, num_args); });
 }
 
 template <typename Fill>

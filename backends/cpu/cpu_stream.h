@@ -46,6 +46,9 @@ class CpuEvent final : public runtime::Event {
   std::chrono::steady_clock::time_point m_completed_at;
 };
 
+// The most dynamic shared memory one block may have (CUDA's largest is 227 KiB per block; a
+// CPU block's scratch lives in its worker's cache, where a few MiB is already too much).
+inline constexpr uint32_t k_max_shared_bytes = 64u << 20;
 // The most argument bytes and parameters one launch may carry (CUDA allows 32 KiB; CPU
 // kernels here take a handful of pointers and scalars).
 inline constexpr size_t k_max_arg_bytes = 512;
@@ -76,8 +79,8 @@ class CpuStream final : public runtime::Stream {
   Status begin_capture() override;
   Result<std::unique_ptr<runtime::Graph>> end_capture() override;
 
-  Status launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig, runtime::Dim3 grid,
-                runtime::Dim3 block, const void* const* args, size_t num_args);
+  Status launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig, const runtime::LaunchConfig& config,
+                const void* const* args, size_t num_args);
 
  private:
   Status launch_graph(CpuGraph& graph);
@@ -88,6 +91,7 @@ class CpuStream final : public runtime::Stream {
     // launch
     kiln_cpu_entry_fn entry;
     runtime::Dim3 grid, block;
+    uint32_t shared_bytes;
     uint16_t num_params;
     std::array<uint16_t, k_max_params> offsets;
     alignas(16) std::array<unsigned char, k_max_arg_bytes> arg_bytes;
@@ -106,7 +110,7 @@ class CpuStream final : public runtime::Stream {
   void execute(const Command& c, void* const* resolved_params);
   // Fills a launch command's argument bytes; errors leave `c` unusable.
   static Status pack_launch(Command& c, kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig,
-                            runtime::Dim3 grid, runtime::Dim3 block, const void* const* args, size_t num_args);
+                            const runtime::LaunchConfig& config, const void* const* args, size_t num_args);
   static constexpr size_t k_ring_size = 256;
 
   // Reserves the next slot (waiting while the ring is full); fill it, then publish().

@@ -1,5 +1,6 @@
 #include "backends/cuda/cuda_accelerator.h"
 
+#include <atomic>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -141,26 +142,41 @@ class CudaKernel final : public runtime::Kernel {
   CudaKernel(const CudaAccelerator& acc, runtime::KernelSignature sig, void* function)
       : m_acc(acc), m_sig(std::move(sig)), m_function(function) {}
   const runtime::KernelSignature& signature() const override { return m_sig; }
-  Status launch(runtime::Stream& stream, runtime::Dim3 grid, runtime::Dim3 block, const void* const* args,
+  using runtime::Kernel::launch;
+  Status launch(runtime::Stream& stream, const runtime::LaunchConfig& config, const void* const* args,
                 size_t num_args) override {
+    const runtime::Dim3& grid = config.grid;
+    const runtime::Dim3& block = config.block;
     auto* s = dynamic_cast<CudaStream*>(&stream);
     if (!s) return invalid_argument("kernel " + m_sig.name + ": the stream belongs to another accelerator");
     if (num_args != m_sig.param_sizes.size())
       return invalid_argument("kernel " + m_sig.name + " takes " + std::to_string(m_sig.param_sizes.size()) +
                               " arguments, launch passed " + std::to_string(num_args));
     KILN_RETURN_IF_ERROR(m_acc.bind());
+    // Past 48 KiB of dynamic shared memory a kernel must opt in, once per size it grows to.
+    if (config.shared_bytes > k_default_shared_limit && config.shared_bytes > m_shared_limit.load()) {
+      KILN_CU_CHECK(m_acc.drv(),
+                    cuFuncSetAttribute(m_function, k_cu_func_attribute_max_dynamic_shared_size_bytes,
+                                       static_cast<int>(config.shared_bytes)),
+                    "allowing " + std::to_string(config.shared_bytes) + " bytes of shared memory to " + m_sig.name);
+      m_shared_limit.store(config.shared_bytes);
+    }
     // cuLaunchKernel copies the argument values before it returns, as Kernel::launch promises.
     KILN_CU_CHECK(m_acc.drv(),
-                  cuLaunchKernel(m_function, grid.x, grid.y, grid.z, block.x, block.y, block.z, 0, s->handle(),
-                                 const_cast<void**>(args), nullptr),
+                  cuLaunchKernel(m_function, grid.x, grid.y, grid.z, block.x, block.y, block.z, config.shared_bytes,
+                                 s->handle(), const_cast<void**>(args), nullptr),
                   "launch of " + m_sig.name);
     return {};
   }
 
  private:
+  // CUDA's default cap on dynamic shared memory, and CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+  static constexpr uint32_t k_default_shared_limit = 48 * 1024;
+  static constexpr int k_cu_func_attribute_max_dynamic_shared_size_bytes = 8;
   const CudaAccelerator& m_acc;
   runtime::KernelSignature m_sig;
   void* m_function;
+  std::atomic<uint32_t> m_shared_limit{k_default_shared_limit};
 };
 
 class CudaModule final : public runtime::Module {

@@ -446,6 +446,7 @@ class ClangToolchain final : public Toolchain {
     // resolves the expression as C++ would, and the variable's initialiser in the PTX names the
     // instance's symbol. The variable is then removed from the PTX.
     SourceFile source = request.sources.front();
+    if (!request.name_expressions.empty()) source.text += "\n#line 1 \"kiln: entry points (generated)\"";
     for (size_t i = 0; i < request.name_expressions.size(); ++i)
       source.text += "\n__attribute__((device)) void* kiln_entry_ref_" + std::to_string(i) + " = (void*)&" +
                      request.name_expressions[i] + ";\n";

@@ -328,6 +328,27 @@ TEST_F(CudaCompileTest, TheClangPathKeepsTheToolkitHeadersPrecompiled) {
   EXPECT_EQ(image.cubins.size(), 2u);
 }
 
+TEST_F(CudaCompileTest, ATemplatedEntryWithExternSharedMemoryCompilesThroughBothPaths) {
+  testing::TempDir specs;
+  testing::write_block_sum_spec(specs);
+  OpsOptions o;
+  o.cache_dir = cache.path();
+  o.spec_dirs = {specs.path()};
+  o.accelerator = "cpu";
+  auto local = Ops::create(o).value();
+  for (const char* toolchain : {"nvrtc", "clang"}) {
+    ::setenv("KILN_CUDA_TOOLCHAIN", toolchain, 1);
+    auto outcome = local->build(local->find_spec("block_sum_f32").value(), parse_target("cuda:sm_80,sm_90").value());
+    ::unsetenv("KILN_CUDA_TOOLCHAIN");
+    if (!outcome.ok()) continue;  // no Clang library on this node
+    ASSERT_TRUE(outcome->success) << toolchain << "\n" << outcome->diagnostics_text();
+    EXPECT_EQ(outcome->kernels[0].symbol, "_Z9block_sumIfLi128EEvPKT_PS0_x") << toolchain;
+    auto image = decode_cuda_module(outcome->artifact).value();
+    EXPECT_NE(image.ptx.find(".extern .shared"), std::string::npos) << toolchain;
+    EXPECT_EQ(image.cubins.size(), 2u);
+  }
+}
+
 TEST_F(CudaCompileTest, ATemplatedEntryCompilesThroughClangToo) {
   testing::TempDir specs;
   testing::write_templated_spec(specs);

@@ -22,6 +22,29 @@ std::unique_ptr<Ops> make_ops(const std::string& cache, std::vector<std::string>
   return std::move(ops).value();
 }
 
+// A templated kernel as an entry, instantiated as the spec says, and each block of the launch
+// with its own dynamic shared memory (blocks run concurrently on the worker pool).
+TEST(OpsTest, ATemplatedEntryWithDynamicSharedMemoryRunsAndPassesItsCheck) {
+  testing::TempDir cache, specs;
+  testing::write_block_sum_spec(specs);
+  auto ops = make_ops(cache.path(), {specs.path()});
+  auto op = ops->get("block_sum_f32");
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  for (int64_t n : {1, 128, 100003, 1 << 20}) {
+    auto report = run_self_check(*ops, **op, {{{"n", n}}, 3});
+    ASSERT_TRUE(report.ok()) << report.status().message();
+    EXPECT_TRUE(report->passed) << "n=" << n << ": " << report->message;
+  }
+  // An instance that names nothing is a compile error that says where the entry comes from.
+  std::string toml = testing::read_text(specs / "block_sum_f32.toml");
+  toml.replace(toml.find("block_sum<float, 128>"), 21, "block_summ<float, 128>");
+  specs.write("block_sum_f32.toml", toml);
+  auto bad = ops->build(ops->find_spec("block_sum_f32").value(), parse_target("cpu").value()).value();
+  EXPECT_FALSE(bad.success);
+  EXPECT_NE(bad.diagnostics_text().find("kiln: entry points of op block_sum_f32 (generated):"), std::string::npos)
+      << bad.diagnostics_text();
+}
+
 TEST(OpsTest, MissThenHitFromDiskThenFromMemory) {
   testing::TempDir cache;
   auto first = make_ops(cache.path());

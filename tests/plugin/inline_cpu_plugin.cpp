@@ -68,13 +68,18 @@ class InlineKernel final : public Kernel {
  public:
   InlineKernel(KernelSignature sig, kiln_cpu_entry_fn entry) : m_sig(std::move(sig)), m_entry(entry) {}
   const KernelSignature& signature() const override { return m_sig; }
-  Status launch(Stream& stream, Dim3 grid, Dim3 block, const void* const* args, size_t num_args) override {
+  using Kernel::launch;
+  Status launch(Stream& stream, const LaunchConfig& config, const void* const* args, size_t num_args) override {
+    const Dim3& grid = config.grid;
+    const Dim3& block = config.block;
     if (!dynamic_cast<InlineStream*>(&stream)) return invalid_argument("inline-cpu: the stream belongs to another accelerator");
     if (num_args != m_sig.param_sizes.size())
       return invalid_argument("kernel " + m_sig.name + " takes " + std::to_string(m_sig.param_sizes.size()) +
                               " arguments, launch passed " + std::to_string(num_args));
     if (grid.count() == 0 || block.count() == 0) return invalid_argument("kernel " + m_sig.name + ": empty grid or block");
-    kiln_cpu_block b{{grid.x, grid.y, grid.z}, {block.x, block.y, block.z}, {0, 0, 0}};
+    std::vector<unsigned char> shared(config.shared_bytes);
+    kiln_cpu_block b{{grid.x, grid.y, grid.z}, {block.x, block.y, block.z}, {0, 0, 0}, shared.empty() ? nullptr : shared.data(),
+                     config.shared_bytes};
     for (b.block_idx.z = 0; b.block_idx.z < grid.z; ++b.block_idx.z)
       for (b.block_idx.y = 0; b.block_idx.y < grid.y; ++b.block_idx.y)
         for (b.block_idx.x = 0; b.block_idx.x < grid.x; ++b.block_idx.x) m_entry(&b, const_cast<void* const*>(args));

@@ -25,7 +25,7 @@ typedef __INT64_TYPE__ int64_t;
 typedef __UINT64_TYPE__ uint64_t;
 typedef __SIZE_TYPE__ size_t;
 
-#define KILN_CPU_ABI_VERSION 1
+#define KILN_CPU_ABI_VERSION 2  /* 2: dynamic shared memory */
 #define KILN_CPU_ENTRY_PREFIX "kiln_entry_"
 
 struct kiln_cpu_dim3 {
@@ -36,6 +36,10 @@ struct kiln_cpu_block {
   struct kiln_cpu_dim3 grid_dim;   /* blocks in the launch */
   struct kiln_cpu_dim3 block_dim;  /* threads per block */
   struct kiln_cpu_dim3 block_idx;  /* this block */
+  /* The launch's dynamic shared memory: this block's own scratch of `shared_bytes` bytes,
+   * 64-byte aligned and uninitialised, as CUDA's extern __shared__ memory is (null when 0). */
+  void* shared;
+  uint64_t shared_bytes;
 };
 
 typedef void (*kiln_cpu_entry_fn)(const struct kiln_cpu_block*, void* const* args);
@@ -53,6 +57,11 @@ inline uint64_t threads_per_block(const Block& b) {
 using half = _Float16;
 using bfloat16 = __bf16;
 #endif
+// The block's dynamic shared memory as an array of T (LaunchConfig::shared_bytes).
+template <class T>
+inline T* shared_memory(const Block& b) {
+  return static_cast<T*>(b.shared);
+}
 // The linear index of the block's first thread in a 1-D launch.
 inline uint64_t first_thread(const Block& b) { return uint64_t{b.block_idx.x} * b.block_dim.x; }
 }  // namespace kiln::cpu
