@@ -545,9 +545,8 @@ class SpecParser {
     KILN_RETURN_IF_ERROR(check_keys(*t, {"sources", "defines", "flags", "min_sm", "block", "toolchain"}));
     CudaSpec c;
     c.pos = pos_of(node);
+    // Several sources are linked as relocatable device code (builders/op_builder.h).
     KILN_RETURN_IF_ERROR(parse_source_list(*t, c.sources));
-    if (c.sources.size() != 1)
-      return spec_error(pos_of(*t->get("sources")), "[cuda] takes one source file (NVRTC compiles one translation unit)");
     KILN_ASSIGN_OR_RETURN(c.defines, string_list(*t, "defines"));
     KILN_ASSIGN_OR_RETURN(c.flags, string_list(*t, "flags"));
     for (size_t i = 0; i < c.flags.size(); ++i) {

@@ -116,6 +116,45 @@ __global__ void block_sum(const T* x, T* out, long long n) {
 )");
 }
 
+void write_two_source_spec(const TempDir& dir) {
+  dir.write("two_sources.toml", R"toml(name = "two_sources"
+language = "cpp"
+sources = ["kernel.cpp", "helper.cpp"]
+[[entry]]
+name = "two_sources"
+params = ["const float* x", "float* y", "int64_t n"]
+[check]
+dims = { n = 10007 }
+block = 256
+grid = "cdiv(n, block)"
+reference = "two_sources_reference"
+buffers = [{ name = "x", type = "float", count = "n" }, { name = "y", type = "float", count = "n", output = true }]
+args = ["x", "y", "n"]
+[cuda]
+sources = ["kernel.cu", "helper.cu"]
+)toml");
+  dir.write("kernel.cpp", R"(#include <kiln/cpu_kernel.h>
+float helper(float x);
+extern float scale;
+void two_sources(const kiln::cpu::Block& b, const float* x, float* y, int64_t n) {
+  for (int64_t i = kiln::cpu::first_thread(b); i < n && i < int64_t(kiln::cpu::first_thread(b) + b.block_dim.x); ++i)
+    y[i] = helper(x[i]) * scale;
+}
+void two_sources_reference(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * 3.0f + 1.0f) * 2.0f;
+}
+)");
+  dir.write("helper.cpp", "float scale = 2.0f;\nfloat helper(float x) { return x * 3.0f + 1.0f; }\n");
+  dir.write("kernel.cu", R"(extern __device__ float scale;
+__device__ float helper(float x);
+extern "C" __global__ void two_sources(const float* x, float* y, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = helper(x[i]) * scale;
+}
+)");
+  dir.write("helper.cu", "__device__ float scale = 2.0f;\n__device__ float helper(float x) { return x * 3.0f + 1.0f; }\n");
+}
+
 ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   TempDir io;
   std::string out_path = io / "out", err_path = io / "err";

@@ -44,6 +44,10 @@ void write_templated_spec(const TempDir& dir);
 // in CUDA, each block summing its 128 elements through dynamic shared memory.
 void write_block_sum_spec(const TempDir& dir);
 
+// A spec folder with op two_sources: its kernel, on the CPU and in CUDA, calls a function and
+// reads a variable defined in a second source.
+void write_two_source_spec(const TempDir& dir);
+
 // The kiln binary built alongside the tests.
 std::string kiln_binary();
 

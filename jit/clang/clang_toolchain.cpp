@@ -36,6 +36,15 @@
 #include <clang/Frontend/Utils.h>
 #include <lld/Common/Driver.h>
 #include <llvm/Config/llvm-config.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Linker/Linker.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Target/TargetOptions.h>
+#include <llvm/TargetParser/Triple.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/VirtualFileSystem.h>
@@ -148,12 +157,21 @@ constexpr const char* k_pch_path = "/kiln-precompiled/prefix.pch";
 
 // What compile_one makes of a source: code (an object, or PTX for CUDA), or a precompiled
 // header of it (its text is an include prefix).
-enum class Make { kCode, kPrecompiledHeader };
+enum class Make { kCode, kPrecompiledHeader, kModule };
+
+// Make::kModule: the optimised LLVM module of a source, in `context`, and what the target
+// machine that generates its code must be (CUDA sources linked into one module).
+struct ModuleOut {
+  llvm::LLVMContext* context = nullptr;
+  std::unique_ptr<llvm::Module> module;
+  std::string triple, cpu;
+  std::vector<std::string> features;
+};
 
 // Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
 // prefix, made by Make::kPrecompiledHeader with the same request options.
 bool compile_one(const SourceFile& source, const CompileRequest& request, std::string_view pch, Make make,
-                 CollectingConsumer& consumer, CompileResult& result, ObjectFile& object) {
+                 CollectingConsumer& consumer, CompileResult& result, ObjectFile& object, ModuleOut* module_out = nullptr) {
   std::vector<std::string>& dependencies = result.dependencies;
   auto memory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
   memory->addFile(source.path, 0, llvm::MemoryBuffer::getMemBufferCopy(source.text, source.path));
@@ -257,6 +275,17 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
       if (ok) object.bytes.assign(bytes->begin(), bytes->end());
     }
     ::unlink(pch_file.c_str());
+  } else if (make == Make::kModule) {
+    clang::EmitLLVMOnlyAction action(module_out->context);
+    ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
+    if (ok) {
+      module_out->module = action.takeModule();
+      const clang::TargetOptions& target = instance.getTargetOpts();
+      module_out->triple = target.Triple;
+      module_out->cpu = target.CPU;
+      module_out->features = target.Features;
+      ok = module_out->module != nullptr;
+    }
   } else if (request.language == "cuda") {
     clang::EmitAssemblyAction action;  // PTX is NVPTX's assembly
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
@@ -299,6 +328,67 @@ std::string_view pch_for(const CompileRequest& request, size_t source) {
   auto it = request.precompiled_headers.find(source);
   return it == request.precompiled_headers.end() ? std::string_view() : it->second;
 }
+
+// Several CUDA sources as one module: each compiled to LLVM IR, linked (llvm::Linker), optimised
+// again as a whole (cross-source inlining, as nvJitLink's LTO does for NVRTC) and turned into
+// one PTX by the NVPTX back end. kiln's own stand-in for `-fgpu-rdc` plus a device link, with
+// no symbol renamed by a per-file id, so the PTX does not depend on where the files are.
+bool link_cuda_sources(const std::vector<SourceFile>& sources, const CompileRequest& request, CollectingConsumer& consumer,
+                       CompileResult& result, std::string& ptx) {
+  llvm::LLVMContext context;
+  std::unique_ptr<llvm::Module> linked;
+  ModuleOut first;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    ModuleOut out;
+    out.context = &context;
+    ObjectFile unused;
+    if (!compile_one(sources[i], request, pch_for(request, i), Make::kModule, consumer, result, unused, &out)) return false;
+    if (!linked) {
+      linked = std::move(out.module);
+      first = std::move(out);
+    } else if (llvm::Linker::linkModules(*linked, std::move(out.module))) {
+      result.diagnostics.push_back({Diagnostic::Severity::kError, sources[i].path, 0, 0,
+                                    "cannot link this source's device code with the others (a symbol defined twice?)"});
+      return false;
+    }
+  }
+  std::string error;
+  llvm::Triple triple(first.triple);
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target) {
+    result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "no NVPTX target in this LLVM: " + error});
+    return false;
+  }
+  std::string features;
+  for (auto& f : first.features) features += (features.empty() ? "" : ",") + f;
+  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
+      triple, first.cpu, features, llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  linked->setDataLayout(machine->createDataLayout());
+  {
+    llvm::LoopAnalysisManager loops;
+    llvm::FunctionAnalysisManager functions;
+    llvm::CGSCCAnalysisManager cgscc;
+    llvm::ModuleAnalysisManager modules;
+    llvm::PassBuilder builder(machine.get());
+    builder.registerModuleAnalyses(modules);
+    builder.registerCGSCCAnalyses(cgscc);
+    builder.registerFunctionAnalyses(functions);
+    builder.registerLoopAnalyses(loops);
+    builder.crossRegisterProxies(loops, functions, cgscc, modules);
+    builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*linked, modules);
+  }
+  llvm::SmallString<0> text;
+  llvm::raw_svector_ostream stream(text);
+  llvm::legacy::PassManager passes;
+  if (machine->addPassesToEmitFile(passes, stream, nullptr, llvm::CodeGenFileType::AssemblyFile)) {
+    result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "the NVPTX back end cannot emit PTX"});
+    return false;
+  }
+  passes.run(*linked);
+  ptx.assign(text.data(), text.size());
+  return true;
+}
+
 
 // lld keeps global state: one link at a time per process.
 std::mutex g_link_mutex;
@@ -433,10 +523,6 @@ class ClangToolchain final : public Toolchain {
       result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       return result;
     };
-    if (request.sources.size() != 1) {
-      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "the Clang CUDA path compiles one source"});
-      return done();
-    }
     std::vector<int> archs = cuda_archs_in(request.target);
     if (archs.empty()) {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "no architecture in target " + request.target});
@@ -453,14 +539,24 @@ class ClangToolchain final : public Toolchain {
     clang::DiagnosticOptions options;
     options.ShowColors = false;
     CollectingConsumer consumer(options);
-    ObjectFile ptx;
-    bool ok = compile_one(source, request, pch_for(request, 0), Make::kCode, consumer, result, ptx);
-    result.diagnostics = consumer.take_diagnostics();
-    result.log = consumer.text();
-    if (!ok) return done();
     CudaModuleImage image;
     image.ptx_sm = archs.front();
-    image.ptx.assign(ptx.bytes.data(), ptx.bytes.size());
+    bool ok;
+    if (request.sources.size() == 1) {
+      ObjectFile ptx;
+      ok = compile_one(source, request, pch_for(request, 0), Make::kCode, consumer, result, ptx);
+      image.ptx.assign(ptx.bytes.data(), ptx.bytes.size());
+    } else {
+      std::vector<SourceFile> sources = request.sources;
+      sources.front() = source;
+      ok = link_cuda_sources(sources, request, consumer, result, image.ptx);
+    }
+    // The compiler's diagnostics first, then any from linking the sources.
+    std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
+    diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
+    result.diagnostics = std::move(diagnostics);
+    result.log = consumer.text();
+    if (!ok) return done();
     for (size_t i = 0; i < request.name_expressions.size(); ++i) {
       auto symbol = take_entry_reference(image.ptx, "kiln_entry_ref_" + std::to_string(i));
       if (!symbol) {

@@ -23,8 +23,11 @@ struct Api {
   int (*cubin)(void*, void*) = nullptr;
   int (*log_size)(void*, size_t*) = nullptr;
   int (*log)(void*, char*) = nullptr;
+  int (*ptx_size)(void*, size_t*) = nullptr;
+  int (*ptx)(void*, char*) = nullptr;
 };
-constexpr int k_input_ptx = 2;  // NVJITLINK_INPUT_PTX
+constexpr int k_input_ptx = 2;    // NVJITLINK_INPUT_PTX
+constexpr int k_input_ltoir = 3;  // NVJITLINK_INPUT_LTOIR
 
 // Where nvJitLink is looked for, in order: each toolkit folder, then the loader's path.
 std::vector<std::string> candidates() {
@@ -58,7 +61,10 @@ void load() {
   l.cubin = reinterpret_cast<decltype(l.cubin)>(sym("__nvJitLinkGetLinkedCubin_13_0", "nvJitLinkGetLinkedCubin"));
   l.log_size = reinterpret_cast<decltype(l.log_size)>(sym("__nvJitLinkGetErrorLogSize_13_0", "nvJitLinkGetErrorLogSize"));
   l.log = reinterpret_cast<decltype(l.log)>(sym("__nvJitLinkGetErrorLog_13_0", "nvJitLinkGetErrorLog"));
-  g_ok = l.create && l.destroy && l.add_data && l.complete && l.cubin_size && l.cubin && l.log_size && l.log;
+  l.ptx_size = reinterpret_cast<decltype(l.ptx_size)>(sym("__nvJitLinkGetLinkedPtxSize_13_0", "nvJitLinkGetLinkedPtxSize"));
+  l.ptx = reinterpret_cast<decltype(l.ptx)>(sym("__nvJitLinkGetLinkedPtx_13_0", "nvJitLinkGetLinkedPtx"));
+  g_ok = l.create && l.destroy && l.add_data && l.complete && l.cubin_size && l.cubin && l.log_size && l.log && l.ptx_size &&
+         l.ptx;
 }
 
 }  // namespace
@@ -107,6 +113,65 @@ Result<std::string> link_cubin(std::string_view ptx, int sm) {
   }
   l.destroy(&h);
   if (!st.ok()) return st;
+  return out;
+}
+
+namespace {
+
+// One nvJitLink run over LTO-IR inputs: a cubin for -arch=sm_XX, or PTX with -ptx.
+Result<std::string> link_lto_once(const std::vector<std::string>& irs, int sm, bool ptx) {
+  const Api& l = g_api;
+  std::string arch = "-arch=sm_" + std::to_string(sm);
+  std::vector<const char*> options = {arch.c_str(), "-lto"};
+  if (ptx) options.push_back("-ptx");
+  void* h = nullptr;
+  if (l.create(&h, static_cast<uint32_t>(options.size()), options.data()) != 0)
+    return internal_error("nvJitLinkCreate failed for sm_" + std::to_string(sm));
+  bool ok = true;
+  for (size_t i = 0; ok && i < irs.size(); ++i) {
+    std::string name = "source" + std::to_string(i) + ".ltoir";
+    ok = l.add_data(h, k_input_ltoir, irs[i].data(), irs[i].size(), name.c_str()) == 0;
+  }
+  ok = ok && l.complete(h) == 0;
+  std::string out;
+  Status st;
+  if (ok) {
+    size_t n = 0;
+    ok = (ptx ? l.ptx_size(h, &n) : l.cubin_size(h, &n)) == 0;
+    out.assign(n, '\0');
+    ok = ok && (ptx ? l.ptx(h, out.data()) : l.cubin(h, out.data())) == 0;
+    if (ptx) while (!out.empty() && out.back() == '\0') out.pop_back();
+    if (!ok) st = internal_error("nvJitLink could not return its output for sm_" + std::to_string(sm));
+  } else {
+    size_t n = 0;
+    l.log_size(h, &n);
+    std::string log(n, '\0');
+    if (n) l.log(h, log.data());
+    st = Status(StatusCode::kCompileError, "linking the op's CUDA sources for sm_" + std::to_string(sm) + ": " + log);
+  }
+  l.destroy(&h);
+  if (!st.ok()) return st;
+  return out;
+}
+
+}  // namespace
+
+Result<LinkedModule> link_lto(const std::vector<std::string>& irs, const std::vector<int>& archs, bool ptx_only) {
+  if (!nvjitlink_available()) return unavailable("nvJitLink (libnvJitLink.so.13) was not found");
+  if (archs.empty()) return invalid_argument("no architecture to link for");
+  LinkedModule out;
+  KILN_ASSIGN_OR_RETURN(out.ptx, link_lto_once(irs, archs.front(), /*ptx=*/true));
+  if (ptx_only) return out;
+  // As for single sources: the architectures' links share nothing, so they run at once.
+  std::vector<Result<std::string>> linked(archs.size(), Result<std::string>(std::string()));
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < archs.size(); ++i) helpers.emplace_back([&, i] { linked[i] = link_lto_once(irs, archs[i], false); });
+  linked[0] = link_lto_once(irs, archs[0], false);
+  for (auto& t : helpers) t.join();
+  for (size_t i = 0; i < archs.size(); ++i) {
+    if (!linked[i].ok()) return linked[i].status();
+    out.cubins[archs[i]] = std::move(linked[i]).value();
+  }
   return out;
 }
 

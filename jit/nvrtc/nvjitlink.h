@@ -27,6 +27,14 @@ Result<std::string> link_cubin(std::string_view ptx, int sm);
 // ~40 for sm_90), and the links share nothing. The first error is returned.
 Result<std::map<int, std::string>> link_cubins(std::string_view ptx, const std::vector<int>& archs);
 
+// Several LTO-IR inputs (NVRTC -dlto, one per source) linked and optimised together: the PTX
+// for the oldest of `archs` and, unless `ptx_only`, a cubin for each.
+struct LinkedModule {
+  std::string ptx;
+  std::map<int, std::string> cubins;
+};
+Result<LinkedModule> link_lto(const std::vector<std::string>& irs, const std::vector<int>& archs, bool ptx_only);
+
 // The cubins a CUDA target asks for, from the PTX made for its oldest architecture: none for
 // a PTX-only target (cuda:compute_90), else link_cubins of its architectures.
 Result<std::map<int, std::string>> cubins_for_target(std::string_view ptx, const std::string& target);

@@ -127,17 +127,37 @@ class NvrtcToolchain final : public Toolchain {
     if (request.language != "cuda") return fail("NVRTC compiles language 'cuda', not '" + request.language + "'");
     if (request.output != CompileRequest::Output::kArtifact)
       return fail("NVRTC makes no precompiled header kiln can keep: its PCH is tied to the process that made it");
-    if (request.sources.size() != 1)
-      return fail("NVRTC compiles one translation unit; " + request.label + " has " + std::to_string(request.sources.size()));
+    if (request.sources.empty()) return fail(request.label + " has no CUDA source");
     std::vector<int> archs = cuda_archs_in(request.target);  // ascending: builders normalise targets
     if (archs.empty()) return fail("no architecture in target " + request.target);
     CudaModuleImage image;
+    image.ptx_sm = archs.front();
+    std::string compute = "-arch=compute_" + std::to_string(archs.front());
+    if (request.sources.size() > 1) {
+      // Relocatable device code: each source to LTO-IR, then nvJitLink links them (optimising
+      // across them) into one PTX for the oldest architecture and a cubin for each.
+      if (!nvjitlink_available())
+        return fail(request.label + " has " + std::to_string(request.sources.size()) +
+                    " CUDA sources, which kiln links with nvJitLink (libnvJitLink.so.13 beside NVRTC), and it was not found");
+      std::vector<std::string> irs(request.sources.size());
+      for (size_t i = 0; i < request.sources.size(); ++i)
+        if (!run(request, i, compute, Output::kLtoIr, irs[i], result)) return finish(result, start);
+      auto linked = link_lto(irs, archs, cuda_ptx_only(request.target));
+      if (!linked.ok()) {
+        result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, linked.status().message()});
+        return finish(result, start);
+      }
+      image.ptx = std::move(linked->ptx);
+      image.cubins = std::move(linked->cubins);
+      result.artifact = encode_cuda_module(image);
+      result.success = true;
+      add_include_dependencies(request, result);
+      return finish(result, start);
+    }
     // PTX once, for the oldest architecture (newer GPUs JIT it); then a cubin per listed
     // architecture: linked from that PTX by nvJitLink when it is there (~8 ms each), else
     // compiled again by NVRTC.
-    image.ptx_sm = archs.front();
-    if (!run(request, "-arch=compute_" + std::to_string(archs.front()), /*cubin=*/false, image.ptx, result))
-      return finish(result, start);
+    if (!run(request, 0, compute, Output::kPtx, image.ptx, result)) return finish(result, start);
     if (cuda_ptx_only(request.target) || nvjitlink_available()) {
       auto cubins = cubins_for_target(image.ptx, request.target);
       if (!cubins.ok()) {
@@ -147,48 +167,59 @@ class NvrtcToolchain final : public Toolchain {
       image.cubins = std::move(cubins).value();
     } else {
       for (int sm : archs)
-        if (!run(request, "-arch=sm_" + std::to_string(sm), /*cubin=*/true, image.cubins[sm], result))
+        if (!run(request, 0, "-arch=sm_" + std::to_string(sm), Output::kCubin, image.cubins[sm], result))
           return finish(result, start);
     }
     result.artifact = encode_cuda_module(image);
     result.success = true;
-    // NVRTC does not report the headers it read: every file under the include folders enters
-    // the key instead (an over-approximation that never misses a change).
+    add_include_dependencies(request, result);
+    return finish(result, start);
+  }
+
+ private:
+  enum class Output { kPtx, kCubin, kLtoIr };
+
+  // NVRTC does not report the headers it read: every file under the op's include folders enters
+  // the key instead (an over-approximation that never misses a change; the toolkit's headers
+  // are in the identity).
+  static void add_include_dependencies(const CompileRequest& request, CompileResult& result) {
     for (auto& dir : request.include_dirs) {
       std::error_code ec;
       for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it); it.increment(ec))
         if (it->is_regular_file()) result.dependencies.push_back(it->path().string());
     }
-    return finish(result, start);
   }
 
- private:
   static CompileResult finish(CompileResult& r, std::chrono::steady_clock::time_point start) {
     r.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     return std::move(r);
   }
 
-  // One compile, first with --minimal; if that fails, again without it, reporting only what
-  // the second attempt said.
-  bool run(const CompileRequest& request, const std::string& arch_flag, bool cubin, std::string& out, CompileResult& result) {
+  // One compile of sources[source], first with --minimal; if that fails, again without it,
+  // reporting only what the second attempt said.
+  bool run(const CompileRequest& request, size_t source, const std::string& arch_flag, Output output, std::string& out,
+           CompileResult& result) {
     size_t diagnostics = result.diagnostics.size(), log = result.log.size();
-    if (!has_angled_include(request.sources.front().text)) {
-      if (run_once(request, arch_flag, cubin, /*minimal=*/true, out, result)) return true;
+    if (!has_angled_include(request.sources[source].text)) {
+      if (run_once(request, source, arch_flag, output, /*minimal=*/true, out, result)) return true;
       result.diagnostics.resize(diagnostics);
       result.log.resize(log);
     }
-    return run_once(request, arch_flag, cubin, /*minimal=*/false, out, result);
+    return run_once(request, source, arch_flag, output, /*minimal=*/false, out, result);
   }
 
-  bool run_once(const CompileRequest& request, const std::string& arch_flag, bool cubin, bool minimal, std::string& out,
-                CompileResult& result) {
-    const SourceFile& src = request.sources.front();
+  bool run_once(const CompileRequest& request, size_t source, const std::string& arch_flag, Output output, bool minimal,
+                std::string& out, CompileResult& result) {
+    const SourceFile& src = request.sources[source];
+    // Templated entries are instantiated from the first source (as on the CPU).
+    const bool names = source == 0;
     void* prog = nullptr;
     if (int rc = m_api.nvrtcCreateProgram(&prog, src.text.c_str(), src.path.c_str(), 0, nullptr, nullptr); rc != 0) {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, std::string("nvrtcCreateProgram: ") + m_api.nvrtcGetErrorString(rc)});
       return false;
     }
     std::vector<std::string> options = {arch_flag};
+    if (output == Output::kLtoIr) options.push_back("-dlto");  // implies -rdc=true
     options.insert(options.end(), std::begin(k_default_options), std::end(k_default_options));
     if (minimal) options.push_back(k_minimal_option);
     if (first_include_is_angled(src.text)) options.push_back(k_pch_option);
@@ -198,9 +229,10 @@ class NvrtcToolchain final : public Toolchain {
     for (auto& flag : request.flags) options.push_back(flag);
     std::vector<const char*> argv;
     for (auto& o : options) argv.push_back(o.c_str());
-    for (auto& expr : request.name_expressions) m_api.nvrtcAddNameExpression(prog, expr.c_str());
+    if (names)
+      for (auto& expr : request.name_expressions) m_api.nvrtcAddNameExpression(prog, expr.c_str());
     int rc = m_api.nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
-    if (rc == 0 && !cubin) {
+    if (rc == 0 && names && output != Output::kCubin) {
       result.lowered_names.clear();
       for (auto& expr : request.name_expressions) {
         const char* lowered = nullptr;
@@ -229,9 +261,15 @@ class NvrtcToolchain final : public Toolchain {
     bool ok = rc == 0;
     if (ok) {
       size_t size = 0;
-      ok = (cubin ? m_api.nvrtcGetCUBINSize(prog, &size) : m_api.nvrtcGetPTXSize(prog, &size)) == 0;
+      auto get_size = output == Output::kCubin ? m_api.nvrtcGetCUBINSize
+                      : output == Output::kLtoIr ? m_api.nvrtcGetLTOIRSize
+                                                 : m_api.nvrtcGetPTXSize;
+      auto get = output == Output::kCubin ? m_api.nvrtcGetCUBIN : output == Output::kLtoIr ? m_api.nvrtcGetLTOIR : m_api.nvrtcGetPTX;
+      ok = get_size(prog, &size) == 0;
       out.assign(size, '\0');
-      ok = ok && (cubin ? m_api.nvrtcGetCUBIN(prog, out.data()) : m_api.nvrtcGetPTX(prog, out.data())) == 0;
+      ok = ok && get(prog, out.data()) == 0;
+      // PTX comes NUL-terminated; the artifact keeps the text.
+      if (ok && output == Output::kPtx) while (!out.empty() && out.back() == '\0') out.pop_back();
     } else if (result.diagnostics.empty()) {
       result.diagnostics.push_back({Diagnostic::Severity::kError, src.path, 0, 0, m_api.nvrtcGetErrorString(rc)});
     }

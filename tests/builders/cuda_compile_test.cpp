@@ -349,6 +349,39 @@ TEST_F(CudaCompileTest, ATemplatedEntryWithExternSharedMemoryCompilesThroughBoth
   }
 }
 
+// Relocatable device code: a kernel calling a function and reading a variable of another
+// source. NVRTC links LTO-IR through nvJitLink; Clang links LLVM modules in this process. Both
+// give one PTX with the helper inlined into the kernel, and a cubin per architecture.
+TEST_F(CudaCompileTest, SeveralCudaSourcesAreLinkedThroughBothPaths) {
+  testing::TempDir specs;
+  testing::write_two_source_spec(specs);
+  OpsOptions o;
+  o.cache_dir = cache.path();
+  o.spec_dirs = {specs.path()};
+  o.accelerator = "cpu";
+  auto local = Ops::create(o).value();
+  for (const char* toolchain : {"nvrtc", "clang"}) {
+    ::setenv("KILN_CUDA_TOOLCHAIN", toolchain, 1);
+    auto outcome = local->build(local->find_spec("two_sources").value(), parse_target("cuda:sm_80,sm_90").value());
+    ::unsetenv("KILN_CUDA_TOOLCHAIN");
+    if (!outcome.ok()) continue;  // no Clang library on this node
+    ASSERT_TRUE(outcome->success) << toolchain << "\n" << outcome->diagnostics_text();
+    auto image = decode_cuda_module(outcome->artifact).value();
+    EXPECT_NE(image.ptx.find(".entry two_sources("), std::string::npos) << toolchain;
+    EXPECT_EQ(image.ptx.find("call.uni"), std::string::npos) << toolchain << ": the helper was not inlined\n" << image.ptx;
+    EXPECT_EQ(image.ptx.find(".extern"), std::string::npos) << toolchain << ": something was left unresolved";
+    EXPECT_EQ(image.ptx_sm, 80);
+    ASSERT_EQ(image.cubins.size(), 2u);
+    EXPECT_EQ(image.cubins.at(90).substr(1, 3), "ELF");
+  }
+  // Both sources are in the key: editing the second one is a new artifact.
+  auto before = local->build(local->find_spec("two_sources").value(), parse_target("cuda:sm_90").value()).value();
+  specs.write("helper.cu", "__device__ float scale = 4.0f;\n__device__ float helper(float x) { return x * 3.0f + 1.0f; }\n");
+  auto after = local->build(local->find_spec("two_sources").value(), parse_target("cuda:sm_90").value()).value();
+  EXPECT_NE(after.key, before.key);
+  EXPECT_EQ(after.cache, CacheOutcome::kCompiled);
+}
+
 TEST_F(CudaCompileTest, ATemplatedEntryCompilesThroughClangToo) {
   testing::TempDir specs;
   testing::write_templated_spec(specs);

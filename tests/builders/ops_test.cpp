@@ -45,6 +45,17 @@ TEST(OpsTest, ATemplatedEntryWithDynamicSharedMemoryRunsAndPassesItsCheck) {
       << bad.diagnostics_text();
 }
 
+TEST(OpsTest, SeveralSourcesAreLinkedIntoOneModule) {
+  testing::TempDir cache, specs;
+  testing::write_two_source_spec(specs);
+  auto ops = make_ops(cache.path(), {specs.path()});
+  auto op = ops->get("two_sources");
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  auto report = run_self_check(*ops, **op);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_TRUE(report->passed) << report->message;
+}
+
 TEST(OpsTest, MissThenHitFromDiskThenFromMemory) {
   testing::TempDir cache;
   auto first = make_ops(cache.path());
