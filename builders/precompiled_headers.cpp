@@ -147,9 +147,14 @@ std::optional<PrecompiledHeaders::Slot> PrecompiledHeaders::lookup(const KeyPart
   return slot;
 }
 
+bool precompiled_headers_enabled() {
+  const char* env = std::getenv("KILN_PCH");
+  return !(env && std::string_view(env) == "0");
+}
+
 PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& identity, jit::Toolchain& toolchain) {
   PchUse use;
-  if (!m_store) return use;
+  if (!m_store || !precompiled_headers_enabled()) return use;
   for (auto& [source, prefix] : plan(request)) {
     KeyParts key = pch_key(request, identity, prefix);
     std::shared_ptr<Slot> slot;

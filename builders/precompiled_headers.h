@@ -43,6 +43,9 @@ namespace kiln::builders {
 std::string include_prefix(std::string_view text, const std::vector<std::string>& own_dirs,
                            const std::vector<std::string>& kiln_dirs);
 
+// False when KILN_PCH=0: no PCH is used or made (a cache to be carried somewhere small).
+bool precompiled_headers_enabled();
+
 // What using PCHs added to one compile.
 struct PchUse {
   std::vector<ManifestEntry> headers;  // the PCHs' manifests, to add to the compile's

@@ -20,44 +20,25 @@ struct HostBuffer {
   std::vector<unsigned char> bytes;
 };
 
-template <class T>
-void fill(std::vector<unsigned char>& bytes, uint64_t count, const std::string& init, std::mt19937_64& rng) {
-  T* p = reinterpret_cast<T*>(bytes.data());
-  for (uint64_t i = 0; i < count; ++i) {
-    if (init == "zero") p[i] = T(0);
-    else if (init == "ones") p[i] = T(1);
-    else if constexpr (std::is_floating_point_v<T>) p[i] = static_cast<T>(std::uniform_real_distribution<double>(-1.0, 1.0)(rng));
-    else p[i] = static_cast<T>(std::uniform_int_distribution<int>(0, 100)(rng));
-  }
+// One initial value: "zero", "ones", "positive" (uniform in [0, 1)), or "random": uniform in
+// [-1, 1] for floating-point types, integers in [-100, 100] (signed) or [0, 100] (unsigned).
+double initial_value(const std::string& init, ScalarType t, std::mt19937_64& rng) {
+  if (init == "zero") return 0;
+  if (init == "ones") return 1;
+  bool floating = t == ScalarType::kFloat || t == ScalarType::kDouble || t == ScalarType::kFloat16 || t == ScalarType::kBFloat16;
+  if (init == "positive") return floating ? std::uniform_real_distribution<double>(0.0, 1.0)(rng)
+                                          : std::uniform_int_distribution<int>(0, 100)(rng);
+  if (floating) return std::uniform_real_distribution<double>(-1.0, 1.0)(rng);
+  bool is_signed = t == ScalarType::kInt8 || t == ScalarType::kInt16 || t == ScalarType::kInt32 || t == ScalarType::kInt64;
+  return std::uniform_int_distribution<int>(is_signed ? -100 : 0, 100)(rng);
 }
 
-// A half type's buffer: random floats in [-1, 1] (or 0, or 1), rounded to it.
-void fill_half(std::vector<unsigned char>& bytes, uint64_t count, const std::string& init, std::mt19937_64& rng,
-               uint16_t (*to_bits)(float)) {
-  for (uint64_t i = 0; i < count; ++i) {
-    float v = init == "zero" ? 0.f : init == "ones" ? 1.f : static_cast<float>(std::uniform_real_distribution<double>(-1.0, 1.0)(rng));
-    uint16_t bits = to_bits(v);
-    std::memcpy(bytes.data() + 2 * i, &bits, 2);
-  }
-}
+void put_scalar(ScalarType t, double value, unsigned char* out);
 
 void fill_buffer(HostBuffer& b, std::mt19937_64& rng) {
-  b.bytes.resize(b.count * scalar_size(b.spec->type));
-  switch (b.spec->type) {
-    case ScalarType::kFloat16: fill_half(b.bytes, b.count, b.spec->init, rng, float_to_half_bits); break;
-    case ScalarType::kBFloat16: fill_half(b.bytes, b.count, b.spec->init, rng, float_to_bfloat16_bits); break;
-    case ScalarType::kFloat: fill<float>(b.bytes, b.count, b.spec->init, rng); break;
-    case ScalarType::kDouble: fill<double>(b.bytes, b.count, b.spec->init, rng); break;
-    case ScalarType::kInt8: fill<int8_t>(b.bytes, b.count, b.spec->init, rng); break;
-    case ScalarType::kUInt8: fill<uint8_t>(b.bytes, b.count, b.spec->init, rng); break;
-    case ScalarType::kInt16: fill<int16_t>(b.bytes, b.count, b.spec->init, rng); break;
-    case ScalarType::kUInt16: fill<uint16_t>(b.bytes, b.count, b.spec->init, rng); break;
-    case ScalarType::kInt32: fill<int32_t>(b.bytes, b.count, b.spec->init, rng); break;
-    case ScalarType::kUInt32: fill<uint32_t>(b.bytes, b.count, b.spec->init, rng); break;
-    case ScalarType::kInt64: fill<int64_t>(b.bytes, b.count, b.spec->init, rng); break;
-    case ScalarType::kUInt64: fill<uint64_t>(b.bytes, b.count, b.spec->init, rng); break;
-    default: break;
-  }
+  size_t size = scalar_size(b.spec->type);
+  b.bytes.resize(b.count * size);
+  for (uint64_t i = 0; i < b.count; ++i) put_scalar(b.spec->type, initial_value(b.spec->init, b.spec->type, rng), b.bytes.data() + i * size);
 }
 
 double element(const std::vector<unsigned char>& bytes, ScalarType t, uint64_t i) {
@@ -88,10 +69,9 @@ double element(const std::vector<unsigned char>& bytes, ScalarType t, uint64_t i
   }
 }
 
-// A scalar argument's bytes, converted to the parameter's type.
-std::vector<unsigned char> scalar_bytes(ScalarType t, double value) {
-  std::vector<unsigned char> out(scalar_size(t));
-  auto put = [&](auto v) { std::memcpy(out.data(), &v, sizeof v); };
+// `value` converted to `t`, its bytes at `out` (scalar_size(t) of them).
+void put_scalar(ScalarType t, double value, unsigned char* out) {
+  auto put = [&](auto v) { std::memcpy(out, &v, sizeof v); };
   switch (t) {
     case ScalarType::kBool: put(static_cast<bool>(value)); break;
     case ScalarType::kFloat16: put(float_to_half_bits(static_cast<float>(value))); break;
@@ -108,6 +88,12 @@ std::vector<unsigned char> scalar_bytes(ScalarType t, double value) {
     case ScalarType::kUInt64: put(static_cast<uint64_t>(value)); break;
     default: break;
   }
+}
+
+// A scalar argument's bytes, converted to the parameter's type.
+std::vector<unsigned char> scalar_bytes(ScalarType t, double value) {
+  std::vector<unsigned char> out(scalar_size(t));
+  put_scalar(t, value, out.data());
   return out;
 }
 

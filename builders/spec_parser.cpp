@@ -495,8 +495,8 @@ class SpecParser {
       if (bt->get("init")) {
         KILN_ASSIGN_OR_RETURN(b.init, required_string(*bt, "init"));
       }
-      if (b.init != "random" && b.init != "zero" && b.init != "ones")
-        return spec_error(pos_of(*bt->get("init")), "init must be \"random\", \"zero\" or \"ones\"");
+      if (b.init != "random" && b.init != "zero" && b.init != "ones" && b.init != "positive")
+        return spec_error(pos_of(*bt->get("init")), "init must be \"random\", \"positive\", \"zero\" or \"ones\"");
       if (auto* o = bt->get("output")) {
         if (!o->is_boolean()) return spec_error(pos_of(*o), "output must be true or false");
         b.output = **o->as_boolean();

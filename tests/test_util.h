@@ -23,9 +23,14 @@ class TempDir {
   std::string m_path;
 };
 
+// The names of the bundled ops (specs/*.toml), sorted.
+std::vector<std::string> bundled_op_names();
+
 // Copies the bundled specs/ tree into `dst` (so a test may edit it).
 void copy_bundled_specs(const std::string& dst);
 std::string bundled_spec_dir();
+// tests/specs: ops the tests use (tools/gpu-check-prepare carries their cpu artifacts too).
+std::string test_spec_dir();
 std::string read_text(const std::string& path);
 
 struct ProcessResult {
@@ -40,11 +45,11 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::map<s
 // twin, for tests of NVRTC name expressions.
 void write_templated_spec(const TempDir& dir);
 
-// A spec folder with op block_sum_f32: a templated kernel (block_sum<float, 128>) on the CPU and
+// Copies of ops in tests/specs, into `dir` (a test may edit them). block_sum_f32: a templated kernel (block_sum<float, 128>) on the CPU and
 // in CUDA, each block summing its 128 elements through dynamic shared memory.
 void write_block_sum_spec(const TempDir& dir);
 
-// A spec folder with op two_sources: its kernel, on the CPU and in CUDA, calls a function and
+// two_sources: its kernel, on the CPU and in CUDA, calls a function and
 // reads a variable defined in a second source.
 void write_two_source_spec(const TempDir& dir);
 

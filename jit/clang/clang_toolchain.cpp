@@ -513,6 +513,31 @@ class ClangToolchain final : public Toolchain {
     return result;
   }
 
+  // The PTX of a CUDA op's sources (`first` standing in for sources[0]): one source compiled, or
+  // several linked. Diagnostics and the log go into `result`.
+  static bool compile_cuda_sources(const SourceFile& first, const CompileRequest& request, CompileResult& result,
+                                   std::string& ptx) {
+    clang::DiagnosticOptions options;
+    options.ShowColors = false;
+    CollectingConsumer consumer(options);
+    bool ok;
+    if (request.sources.size() == 1) {
+      ObjectFile out;
+      ok = compile_one(first, request, pch_for(request, 0), Make::kCode, consumer, result, out);
+      ptx.assign(out.bytes.data(), out.bytes.size());
+    } else {
+      std::vector<SourceFile> sources = request.sources;
+      sources.front() = first;
+      ok = link_cuda_sources(sources, request, consumer, result, ptx);
+    }
+    // The compiler's diagnostics first, then any from linking the sources.
+    std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
+    diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
+    result.diagnostics = std::move(diagnostics);
+    result.log = consumer.text();
+    return ok;
+  }
+
   // CUDA through NVPTX: PTX for the oldest listed architecture, then a cubin per listed
   // architecture linked from it by nvJitLink. Needs no NVRTC.
   CompileResult compile_cuda(const CompileRequest& request) {
@@ -536,26 +561,22 @@ class ClangToolchain final : public Toolchain {
     for (size_t i = 0; i < request.name_expressions.size(); ++i)
       source.text += "\n__attribute__((device)) void* kiln_entry_ref_" + std::to_string(i) + " = (void*)&" +
                      request.name_expressions[i] + ";\n";
-    clang::DiagnosticOptions options;
-    options.ShowColors = false;
-    CollectingConsumer consumer(options);
     CudaModuleImage image;
     image.ptx_sm = archs.front();
-    bool ok;
-    if (request.sources.size() == 1) {
-      ObjectFile ptx;
-      ok = compile_one(source, request, pch_for(request, 0), Make::kCode, consumer, result, ptx);
-      image.ptx.assign(ptx.bytes.data(), ptx.bytes.size());
-    } else {
-      std::vector<SourceFile> sources = request.sources;
-      sources.front() = source;
-      ok = link_cuda_sources(sources, request, consumer, result, image.ptx);
+    bool ok = compile_cuda_sources(source, request, result, image.ptx);
+    if (!ok && !request.cuda_toolkit_headers) {
+      // Kiln's prelude lacks something the kernel uses: compile again against the toolkit's
+      // headers. The prelude stays among the dependencies, so a prelude that later has it
+      // changes the key, and the kernel is compiled again the fast way.
+      CompileRequest with_toolkit = request;
+      with_toolkit.cuda_toolkit_headers = true;
+      with_toolkit.precompiled_headers.clear();  // made for the prelude
+      std::vector<std::string> prelude_dependencies = std::move(result.dependencies);
+      result = CompileResult{};
+      result.kind = "cuda-module";
+      ok = compile_cuda_sources(source, with_toolkit, result, image.ptx);
+      result.dependencies.insert(result.dependencies.end(), prelude_dependencies.begin(), prelude_dependencies.end());
     }
-    // The compiler's diagnostics first, then any from linking the sources.
-    std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
-    diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
-    result.diagnostics = std::move(diagnostics);
-    result.log = consumer.text();
     if (!ok) return done();
     for (size_t i = 0; i < request.name_expressions.size(); ++i) {
       auto symbol = take_entry_reference(image.ptx, "kiln_entry_ref_" + std::to_string(i));

@@ -95,6 +95,15 @@ TEST(OpsTest, EveryBundledOpMatchesItsReferenceAtSeveralSizes) {
       {"row_softmax", {{"rows", 1}, {"cols", 1}}},  {"row_softmax", {{"rows", 3}, {"cols", 1000}}},
       {"row_softmax", {{"rows", 257}, {"cols", 33}}}, {"sum_reduce", {{"n", 1}}}, {"sum_reduce", {{"n", 4095}}},
       {"sum_reduce", {{"n", 4097}}},     {"sum_reduce", {{"n", 1000003}}},
+      // The real ops, at sizes that do not divide their blocks, groups or chunks.
+      {"adamw", {{"n", 1}}},             {"adamw", {{"n", 4097}}},        {"adamw_bf16", {{"n", 8191}}},
+      {"layer_norm", {{"rows", 1}, {"cols", 1}}}, {"layer_norm", {{"rows", 3}, {"cols", 4099}}},
+      {"softmax_online", {{"rows", 2}, {"cols", 1}}}, {"softmax_online", {{"rows", 5}, {"cols", 17}}},
+      {"softmax_online", {{"rows", 1}, {"cols", 100003}}},
+      {"gelu", {{"n", 1}}},              {"gelu", {{"n", 4095}}},         {"gelu_bf16", {{"n", 4097}}},
+      {"quantize_int8", {{"n", 1}, {"group", 128}}},   {"quantize_int8", {{"n", 129}, {"group", 128}}},
+      {"quantize_int8", {{"n", 1000}, {"group", 64}}}, {"dequantize_int8", {{"n", 257}, {"group", 128}}},
+      {"reduce_sum", {{"n", 1}, {"chunk", 4096}}},     {"reduce_sum", {{"n", 4097}, {"chunk", 4096}}},
   };
   for (const auto& c : cases) {
     auto op = ops->get(c.op);
@@ -110,7 +119,7 @@ TEST(OpsTest, EveryBundledOpMatchesItsReferenceAtSeveralSizes) {
     }
   }
   // The defaults from the specs as well.
-  for (const char* name : {"vector_add", "axpby", "row_softmax", "sum_reduce"}) {
+  for (const std::string& name : testing::bundled_op_names()) {
     auto report = run_self_check(*ops, *ops->get(name).value());
     ASSERT_TRUE(report.ok()) << report.status().message();
     EXPECT_TRUE(report->passed) << name << ": " << report->message;

@@ -63,7 +63,7 @@ class AcceleratorConformance : public ::testing::TestWithParam<std::string> {
     if (!m_ops) {
       builders::OpsOptions o;
       o.cache_dir = cache_dir();
-      o.spec_dirs = {testing::bundled_spec_dir()};
+      o.spec_dirs = {testing::bundled_spec_dir(), testing::test_spec_dir()};
       o.accelerator = name;
       auto made = builders::Ops::create(o);
       EXPECT_TRUE(made.ok()) << made.status().message();
@@ -262,7 +262,12 @@ TEST_P(AcceleratorConformance, CurrentStreamIsPerThread) {
 TEST_P(AcceleratorConformance, BundledOpsMatchTheirReferences) {
   for (auto& [op_name, dims] : std::vector<std::pair<std::string, std::map<std::string, int64_t>>>{
            {"vector_add", {{"n", 1}}}, {"vector_add", {{"n", 4099}}}, {"axpby", {{"n", 777}}},
-           {"row_softmax", {{"rows", 5}, {"cols", 300}}}, {"sum_reduce", {{"n", 10007}}}}) {
+           {"row_softmax", {{"rows", 5}, {"cols", 300}}}, {"sum_reduce", {{"n", 10007}}},
+           // The real ops at the sizes their specs give (which divide no block).
+           {"adamw", {}}, {"adamw_bf16", {}}, {"layer_norm", {}}, {"softmax_online", {}}, {"gelu", {}}, {"gelu_bf16", {}},
+           {"quantize_int8", {}}, {"dequantize_int8", {}}, {"reduce_sum", {}},
+           // Dynamic shared memory per block, and sources linked as relocatable device code.
+           {"block_sum_f32", {{"n", 100003}}}, {"two_sources", {}}}) {
     auto op = ops().get(op_name);
     ASSERT_TRUE(op.ok()) << op.status().message();
     EXPECT_EQ(&(*op)->accelerator(), acc);

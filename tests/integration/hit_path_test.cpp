@@ -21,7 +21,7 @@ TEST(HitPathTest, AllHitsNeverLoadTheCompiler) {
   o.cache_dir = cache.path();
   o.spec_dirs = {testing::bundled_spec_dir()};
   auto ops = Ops::create(o).value();
-  for (const char* name : {"vector_add", "axpby", "row_softmax", "sum_reduce"}) {
+  for (const std::string& name : testing::bundled_op_names()) {
     auto op = ops->get(name);
     ASSERT_TRUE(op.ok()) << op.status().message();
     EXPECT_EQ((*op)->outcome().cache, CacheOutcome::kDisk) << name;

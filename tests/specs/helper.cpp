@@ -1,0 +1,2 @@
+float scale = 2.0f;
+float helper(float x) { return x * 3.0f + 1.0f; }
