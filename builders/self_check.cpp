@@ -97,117 +97,161 @@ std::vector<unsigned char> scalar_bytes(ScalarType t, double value) {
   return out;
 }
 
-// Device copies of the buffers, freed however the run ends.
-struct DeviceBuffers {
-  runtime::Accelerator& acc;
-  std::vector<void*> ptrs;
-  ~DeviceBuffers() {
-    for (void* p : ptrs) acc.deallocate(p);
-  }
+// A check's problem at the sizes asked: the names its expressions see, the launch, the
+// buffers (host copies, filled as the check fills them).
+struct Problem {
+  std::map<std::string, int64_t> names;
+  runtime::LaunchConfig config;
+  std::vector<HostBuffer> buffers;
+  uint64_t bytes = 0;  // all buffers together
+  std::string sizes;   // "x 4.0 MiB, y 4.0 MiB", for messages
 };
 
-// One run (kernel or reference) from the same initial buffers; returns the final buffers.
-Result<std::vector<std::vector<unsigned char>>> run_once(const LoadedOp& op, runtime::Kernel& kernel, const EntryPoint& entry,
-                                                         const std::vector<HostBuffer>& initial,
-                                                         const std::map<std::string, int64_t>& names,
-                                                         const runtime::LaunchConfig& config, double* elapsed_ms) {
-  const CheckSpec& check = *op.spec().check;
-  runtime::Accelerator& acc = op.accelerator();
-  DeviceBuffers dev{acc, {}};
-  for (auto& b : initial) {
-    KILN_ASSIGN_OR_RETURN(void* p, acc.allocate(b.bytes.size()));
-    dev.ptrs.push_back(p);
-    KILN_RETURN_IF_ERROR(acc.copy(p, b.bytes.data(), b.bytes.size()));
-  }
-  std::vector<std::vector<unsigned char>> values(check.args.size());
-  std::vector<const void*> args(check.args.size());
-  for (size_t i = 0; i < check.args.size(); ++i) {
-    const std::string& a = check.args[i];
-    const ParamSpec& p = entry.params[i];
-    if (p.is_pointer) {
-      for (size_t j = 0; j < initial.size(); ++j)
-        if (initial[j].spec->name == a) {
-          values[i].resize(sizeof(void*));
-          std::memcpy(values[i].data(), &dev.ptrs[j], sizeof(void*));
-        }
-    } else {
-      double v;
-      char* end = nullptr;
-      double literal = std::strtod(a.c_str(), &end);
-      if (end && *end == '\0' && a.find_first_of(".eE") != std::string::npos) {
-        v = literal;
-      } else {
-        KILN_ASSIGN_OR_RETURN(int64_t iv, eval_expr(a, names));
-        v = static_cast<double>(iv);
-      }
-      values[i] = scalar_bytes(p.scalar, v);
-    }
-    args[i] = values[i].data();
-  }
-  auto start = std::chrono::steady_clock::now();
-  runtime::Stream& stream = acc.default_stream();
-  KILN_RETURN_IF_ERROR(kernel.launch(stream, config, args.data(), args.size()));
-  KILN_RETURN_IF_ERROR(stream.synchronize());
-  if (elapsed_ms) *elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  std::vector<std::vector<unsigned char>> out(initial.size());
-  for (size_t j = 0; j < initial.size(); ++j) {
-    out[j].resize(initial[j].bytes.size());
-    KILN_RETURN_IF_ERROR(acc.copy(out[j].data(), dev.ptrs[j], out[j].size()));
-  }
-  return out;
-}
-
-}  // namespace
-
-Result<CheckReport> run_self_check(Ops& ops, const LoadedOp& op, const CheckOptions& options) {
+Result<Problem> make_problem(const LoadedOp& op, const CheckOptions& options, bool fill) {
   const OpSpec& spec = op.spec();
   if (!spec.check) return invalid_argument("op " + spec.name + " has no [check] section");
   const CheckSpec& check = *spec.check;
-  std::map<std::string, int64_t> names = check.dims;
+  Problem p;
+  p.names = check.dims;
   for (auto& [k, v] : options.dims) {
-    if (!names.count(k)) return invalid_argument("op " + spec.name + " has no dim named '" + k + "'");
-    names[k] = v;
+    if (!p.names.count(k)) return invalid_argument("op " + spec.name + " has no dim named '" + k + "'");
+    p.names[k] = v;
   }
   // A backend may launch the check with its own block size ([cuda] block).
   uint32_t block_threads = check.block;
   if (op.accelerator().name() == "cuda" && spec.cuda && spec.cuda->block) block_threads = spec.cuda->block;
-  names["block"] = block_threads;
-  KILN_ASSIGN_OR_RETURN(int64_t grid_count, eval_expr(check.grid, names));
+  p.names["block"] = block_threads;
+  KILN_ASSIGN_OR_RETURN(int64_t grid_count, eval_expr(check.grid, p.names));
   if (grid_count < 1 || grid_count > UINT32_MAX)
     return invalid_argument("op " + spec.name + ": grid '" + check.grid + "' is " + std::to_string(grid_count) + " blocks");
-
-  std::vector<HostBuffer> buffers;
-  uint64_t total = 0;
-  std::string sizes;
+  p.config = {{static_cast<uint32_t>(grid_count), 1, 1}, {block_threads, 1, 1}, 0};
+  if (!check.shared_bytes.empty()) {
+    KILN_ASSIGN_OR_RETURN(int64_t shared, eval_expr(check.shared_bytes, p.names));
+    if (shared < 0 || shared > UINT32_MAX)
+      return invalid_argument("op " + spec.name + ": shared_bytes '" + check.shared_bytes + "' is " + std::to_string(shared));
+    p.config.shared_bytes = static_cast<uint32_t>(shared);
+  }
   for (auto& b : check.buffers) {
-    KILN_ASSIGN_OR_RETURN(int64_t count, eval_expr(b.count, names));
+    KILN_ASSIGN_OR_RETURN(int64_t count, eval_expr(b.count, p.names));
     if (count < 1) return invalid_argument("op " + spec.name + ": buffer " + b.name + " has " + std::to_string(count) + " elements");
     uint64_t size = scalar_size(b.type);
     if (static_cast<uint64_t>(count) > (uint64_t{1} << 60) / size)
       return invalid_argument("op " + spec.name + ": buffer " + b.name + " would hold " + std::to_string(count) +
                               " elements; give smaller sizes with --dim NAME=VALUE");
-    total += static_cast<uint64_t>(count) * size;
-    sizes += (sizes.empty() ? "" : ", ") + b.name + " " + human_size(static_cast<uint64_t>(count) * size);
-    buffers.push_back({&b, static_cast<uint64_t>(count), {}});
+    p.bytes += static_cast<uint64_t>(count) * size;
+    p.sizes += (p.sizes.empty() ? "" : ", ") + b.name + " " + human_size(static_cast<uint64_t>(count) * size);
+    p.buffers.push_back({&b, static_cast<uint64_t>(count), {}});
   }
-  // Refused at once rather than found out by the allocator (or the OOM killer) a minute in. The
-  // host holds four copies of every buffer: the inputs, the kernel's result, and the
-  // reference's working copies and result; a device that is not the host, one more.
-  uint64_t host_needed = 4 * total, host_available = runtime::host_available_memory();
+  // Refused at once rather than found out by the allocator (or the OOM killer) a minute in. A
+  // check holds four copies of every buffer on the host: the inputs, the kernel's result, and
+  // the reference's working copies and result; a device that is not the host, one more.
+  uint64_t host_needed = (fill ? 4 : 1) * p.bytes, host_available = runtime::host_available_memory();
   if (host_available && host_needed > host_available)
-    return invalid_argument("op " + spec.name + ": the check's buffers take " + human_size(total) + " (" + sizes +
+    return invalid_argument("op " + spec.name + ": the check's buffers take " + human_size(p.bytes) + " (" + p.sizes +
                             "), and the check keeps 4 copies on the host (inputs, the kernel's result, the reference's "
                             "copies and result): " + human_size(host_needed) + ", but this machine has " +
                             human_size(host_available) + " available; give smaller sizes with --dim NAME=VALUE");
   if (op.accelerator().name() != "cpu") {
     uint64_t device_available = op.accelerator().memory_stats().available;
-    if (device_available && total > device_available)
-      return invalid_argument("op " + spec.name + ": the check's buffers take " + human_size(total) + " (" + sizes + ") on " +
-                              op.accelerator().device_name(0) + ", which has " + human_size(device_available) +
+    if (device_available && p.bytes > device_available)
+      return invalid_argument("op " + spec.name + ": the check's buffers take " + human_size(p.bytes) + " (" + p.sizes +
+                              ") on " + op.accelerator().device_name(0) + ", which has " + human_size(device_available) +
                               " available; give smaller sizes with --dim NAME=VALUE");
   }
-  std::mt19937_64 rng(options.seed);
-  for (auto& hb : buffers) fill_buffer(hb, rng);
+  if (fill) {
+    std::mt19937_64 rng(options.seed);
+    for (auto& hb : p.buffers) fill_buffer(hb, rng);
+  }
+  return p;
+}
+
+}  // namespace
+
+// Device copies of a problem's buffers and the argument values of a launch of `entry`.
+struct DeviceLaunch {
+  runtime::Accelerator& acc;
+  std::vector<void*> ptrs;
+  std::vector<std::vector<unsigned char>> values;
+  std::vector<const void*> args;
+
+  explicit DeviceLaunch(runtime::Accelerator& a) : acc(a) {}
+  ~DeviceLaunch() {
+    for (void* p : ptrs) acc.deallocate(p);
+  }
+  DeviceLaunch(const DeviceLaunch&) = delete;
+  DeviceLaunch& operator=(const DeviceLaunch&) = delete;
+
+  // Allocates the buffers (copying in their host bytes when there are any) and packs the args.
+  Status prepare(const CheckSpec& check, const EntryPoint& entry, const std::vector<HostBuffer>& buffers,
+                 const std::map<std::string, int64_t>& names) {
+    for (auto& b : buffers) {
+      size_t size = b.count * scalar_size(b.spec->type);
+      KILN_ASSIGN_OR_RETURN(void* p, acc.allocate(size));
+      ptrs.push_back(p);
+      if (!b.bytes.empty()) KILN_RETURN_IF_ERROR(acc.copy(p, b.bytes.data(), size));
+      else KILN_RETURN_IF_ERROR(acc.memset(p, 0, size));
+    }
+    values.assign(check.args.size(), {});
+    args.assign(check.args.size(), nullptr);
+    for (size_t i = 0; i < check.args.size(); ++i) {
+      const std::string& a = check.args[i];
+      const ParamSpec& p = entry.params[i];
+      if (p.is_pointer) {
+        for (size_t j = 0; j < buffers.size(); ++j)
+          if (buffers[j].spec->name == a) {
+            values[i].resize(sizeof(void*));
+            std::memcpy(values[i].data(), &ptrs[j], sizeof(void*));
+          }
+      } else {
+        double v;
+        char* end = nullptr;
+        double literal = std::strtod(a.c_str(), &end);
+        if (end && *end == '\0' && a.find_first_of(".eE") != std::string::npos) {
+          v = literal;
+        } else {
+          KILN_ASSIGN_OR_RETURN(int64_t iv, eval_expr(a, names));
+          v = static_cast<double>(iv);
+        }
+        values[i] = scalar_bytes(p.scalar, v);
+      }
+      args[i] = values[i].data();
+    }
+    return {};
+  }
+
+  // The buffers' bytes back on the host.
+  Result<std::vector<std::vector<unsigned char>>> read(const std::vector<HostBuffer>& buffers) {
+    std::vector<std::vector<unsigned char>> out(buffers.size());
+    for (size_t j = 0; j < buffers.size(); ++j) {
+      out[j].resize(buffers[j].count * scalar_size(buffers[j].spec->type));
+      KILN_RETURN_IF_ERROR(acc.copy(out[j].data(), ptrs[j], out[j].size()));
+    }
+    return out;
+  }
+};
+
+namespace {
+
+// One run (kernel or reference) from the problem's buffers; returns the final buffers.
+Result<std::vector<std::vector<unsigned char>>> run_once(const LoadedOp& op, runtime::Kernel& kernel, const EntryPoint& entry,
+                                                         const Problem& problem, const runtime::LaunchConfig& config,
+                                                         double* elapsed_ms) {
+  DeviceLaunch launch(op.accelerator());
+  KILN_RETURN_IF_ERROR(launch.prepare(*op.spec().check, entry, problem.buffers, problem.names));
+  auto start = std::chrono::steady_clock::now();
+  runtime::Stream& stream = op.accelerator().default_stream();
+  KILN_RETURN_IF_ERROR(kernel.launch(stream, config, launch.args.data(), launch.args.size()));
+  KILN_RETURN_IF_ERROR(stream.synchronize());
+  if (elapsed_ms) *elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return launch.read(problem.buffers);
+}
+
+}  // namespace
+
+Result<CheckReport> run_self_check(Ops& ops, const LoadedOp& op, const CheckOptions& options) {
+  KILN_ASSIGN_OR_RETURN(Problem problem, make_problem(op, options, /*fill=*/true));
+  const OpSpec& spec = op.spec();
+  const CheckSpec& check = *spec.check;
   const EntryPoint& entry = *spec.find_entry(check.entry);
   KILN_ASSIGN_OR_RETURN(runtime::Kernel * kernel, op.kernel(check.entry));
   std::shared_ptr<LoadedOp> host_op;
@@ -219,17 +263,11 @@ Result<CheckReport> run_self_check(Ops& ops, const LoadedOp& op, const CheckOpti
   KILN_ASSIGN_OR_RETURN(runtime::Kernel * reference, reference_op->kernel(check.reference));
 
   CheckReport report;
-  report.grid = static_cast<uint64_t>(grid_count);
-  runtime::LaunchConfig config{{static_cast<uint32_t>(grid_count), 1, 1}, {block_threads, 1, 1}, 0};
-  if (!check.shared_bytes.empty()) {
-    KILN_ASSIGN_OR_RETURN(int64_t shared, eval_expr(check.shared_bytes, names));
-    if (shared < 0 || shared > UINT32_MAX)
-      return invalid_argument("op " + spec.name + ": shared_bytes '" + check.shared_bytes + "' is " + std::to_string(shared));
-    config.shared_bytes = static_cast<uint32_t>(shared);
-  }
-  KILN_ASSIGN_OR_RETURN(auto got, run_once(op, *kernel, entry, buffers, names, config, &report.kernel_ms));
-  KILN_ASSIGN_OR_RETURN(auto want, run_once(*reference_op, *reference, entry, buffers, names, runtime::LaunchConfig{}, nullptr));
+  report.grid = problem.config.grid.x;
+  KILN_ASSIGN_OR_RETURN(auto got, run_once(op, *kernel, entry, problem, problem.config, &report.kernel_ms));
+  KILN_ASSIGN_OR_RETURN(auto want, run_once(*reference_op, *reference, entry, problem, runtime::LaunchConfig{}, nullptr));
 
+  const std::vector<HostBuffer>& buffers = problem.buffers;
   for (size_t j = 0; j < buffers.size(); ++j) {
     if (!buffers[j].spec->output) continue;
     for (uint64_t i = 0; i < buffers[j].count; ++i) {
@@ -249,6 +287,26 @@ Result<CheckReport> run_self_check(Ops& ops, const LoadedOp& op, const CheckOpti
   report.passed = true;
   report.message = std::to_string(report.elements_compared) + " elements within tolerance";
   return report;
+}
+
+CheckLaunch::CheckLaunch() = default;
+CheckLaunch::~CheckLaunch() = default;
+
+Result<std::unique_ptr<CheckLaunch>> CheckLaunch::prepare(const LoadedOp& op, const CheckOptions& options) {
+  std::unique_ptr<CheckLaunch> out(new CheckLaunch);
+  // Inputs filled on the host first: zeros would run faster than real data does.
+  KILN_ASSIGN_OR_RETURN(Problem problem, make_problem(op, options, /*fill=*/true));
+  const CheckSpec& check = *op.spec().check;
+  KILN_ASSIGN_OR_RETURN(out->m_kernel, op.kernel(check.entry));
+  out->m_device = std::make_unique<DeviceLaunch>(op.accelerator());
+  KILN_RETURN_IF_ERROR(out->m_device->prepare(check, *op.spec().find_entry(check.entry), problem.buffers, problem.names));
+  out->m_config = problem.config;
+  out->m_bytes = problem.bytes;
+  return out;
+}
+
+Status CheckLaunch::launch(runtime::Stream& stream) {
+  return m_kernel->launch(stream, m_config, m_device->args.data(), m_device->args.size());
 }
 
 }  // namespace kiln::builders

@@ -1,6 +1,7 @@
 // GELU with the tanh approximation (torch.nn.functional.gelu(approximate="tanh")), on fp32 or
-// bf16 tensors; bf16 computes through float, as PyTorch does. The loop vectorises: tanh comes
-// from kiln_ops/vector_math.h, not libm.
+// bf16 tensors; bf16 computes through float, as PyTorch does. 0.5 x (1 + tanh(u)) is computed
+// as x / (1 + e^(-2u)), the same function with one exponential and one division, and the loop
+// vectorises: the exponential comes from kiln_ops/vector_math.h, not libm.
 #include <cmath>
 
 #include "kiln_ops/common.h"
@@ -12,8 +13,8 @@ void gelu(const kiln::cpu::Block& b, const T* __restrict x, T* __restrict y, int
 #pragma omp simd
   for (int64_t i = r.begin; i < r.end; ++i) {
     float v = kiln_ops::to_float(x[i]);
-    float inner = 0.7978845608028654f * (v + 0.044715f * v * v * v);  // sqrt(2 / pi) (x + 0.044715 x^3)
-    y[i] = kiln_ops::from_float(0.5f * v * (1.f + kiln_ops::tanh_approx(inner)), y);
+    float inner = 0.7978845608028654f * (v + 0.044715f * v * v * v);  // u = sqrt(2 / pi) (x + 0.044715 x^3)
+    y[i] = kiln_ops::from_float(v / (1.f + kiln_ops::exp_approx(-2.f * inner)), y);
   }
 }
 

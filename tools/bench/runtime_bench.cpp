@@ -10,7 +10,11 @@
 //                            the same sum as a plain threaded C++ loop (STREAM's "add") and a
 //                            threaded memcpy of 256 MiB, one thread per core: the machine's
 //                            measured memory bandwidth is the better of those two
-// Bytes are counted as STREAM counts them (2 reads + 1 write per element for add).
+//   BM_OpThroughput/<op>     each bandwidth-bound bundled op at ~256 MiB per array, in turn
+//                            with a threaded STREAM triad (a = b + s c) over three 256 MiB
+//                            arrays: GB/s of each, and the op's fraction of the triad's
+// Bytes are counted as STREAM counts them (2 reads + 1 write per element for add and triad;
+// for the ops, every byte an element must be read or written, in k_ops below).
 // Run: build/bin/kiln_runtime_bench, or tools/bench/run for every figure in the README.
 #include <benchmark/benchmark.h>
 
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "builders/ops.h"
+#include "builders/self_check.h"
 #include "tools/bench/bench_util.h"
 
 namespace kiln {
@@ -162,6 +167,70 @@ void BM_VectorAdd256MiBVsBandwidth(benchmark::State& state) {
   for (auto* p : v.p) f.acc->deallocate(p);
 }
 BENCHMARK(BM_VectorAdd256MiBVsBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3.0);
+
+// A bandwidth-bound op at a size like the baselines', and the bytes one pass of it must move.
+struct ThroughputCase {
+  const char* op;
+  std::map<std::string, int64_t> dims;
+  double bytes;  // read + written, counted as STREAM counts
+};
+const ThroughputCase k_ops[] = {
+    // p, m, v read and written (4 bytes each), g read (4, or 2 in bf16).
+    {"adamw", {{"n", 32 << 20}}, (32 << 20) * 28.0},
+    {"adamw_bf16", {{"n", 32 << 20}}, (32 << 20) * 26.0},
+    // x read, y written.
+    {"gelu", {{"n", 64 << 20}}, (64 << 20) * 8.0},
+    {"gelu_bf16", {{"n", 64 << 20}}, (64 << 20) * 4.0},
+    // x read (4), q written (1), a 4-byte scale per 128 elements.
+    {"quantize_int8", {{"n", 64 << 20}, {"group", 128}}, (64 << 20) * (5.0 + 4.0 / 128)},
+    {"dequantize_int8", {{"n", 64 << 20}, {"group", 128}}, (64 << 20) * (5.0 + 4.0 / 128)},
+    // Rows of 4096: x read, y written (the passes over a row after the first hit the cache).
+    {"layer_norm", {{"rows", 16384}, {"cols", 4096}}, (64 << 20) * 8.0},
+    {"softmax_online", {{"rows", 16384}, {"cols", 4096}}, (64 << 20) * 8.0},
+};
+
+void op_throughput(benchmark::State& state, const ThroughputCase& c) {
+  auto& f = fixture();
+  auto op = f.ops->get(c.op);
+  if (!op.ok()) return state.SkipWithError(op.status().message().c_str());
+  auto launch = builders::CheckLaunch::prepare(**op, {c.dims, 1});
+  if (!launch.ok()) return state.SkipWithError(launch.status().message().c_str());
+  Vectors v(f.acc);
+  int64_t n = k_vector_floats;
+  const float* __restrict b = v.p[0];
+  const float* __restrict d = v.p[1];
+  float* __restrict a = v.p[2];
+  auto& stream = f.acc->default_stream();
+  (void)(*launch)->launch(stream);  // once untimed: the outputs' pages are touched
+  (void)stream.synchronize();
+  double op_s = 0, triad_s = 0;
+  for (auto _ : state) {
+    op_s += seconds_of([&] {
+      (void)(*launch)->launch(stream);
+      (void)stream.synchronize();
+    });
+    triad_s += seconds_of([&] {
+      on_every_core(n, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) a[i] = b[i] + 3.0f * d[i];
+      });
+    });
+  }
+  double it = static_cast<double>(state.iterations());
+  double op_gbps = c.bytes * it / op_s / 1e9, triad = 3.0 * k_vector_bytes * it / triad_s / 1e9;
+  state.counters["op_GBps"] = op_gbps;
+  state.counters["triad_GBps"] = triad;
+  state.counters["fraction"] = op_gbps / triad;
+  for (auto* p : v.p) f.acc->deallocate(p);
+}
+
+[[maybe_unused]] const bool k_registered = [] {
+  for (const auto& c : k_ops)
+    benchmark::RegisterBenchmark((std::string("BM_OpThroughput/") + c.op).c_str(), [&c](benchmark::State& s) { op_throughput(s, c); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(2.0);
+  return true;
+}();
 
 }  // namespace
 }  // namespace kiln
