@@ -120,6 +120,21 @@ BuildRequest pch_request(const BuildRequest& r, const std::string& prefix) {
 
 }  // namespace
 
+Result<std::string> make_precompiled_header(jit::Toolchain& toolchain, const BuildRequest& request, size_t source) {
+  for (auto& [index, prefix] : plan(request)) {
+    if (index != source) continue;
+    BuildRequest p = pch_request(request, prefix);
+    jit::CompileResult made = toolchain.compile(p.compile);
+    if (!made.success) {
+      std::string text;
+      for (auto& d : made.diagnostics) text += d.to_string() + "\n";
+      return Status(StatusCode::kCompileError, "the precompiled header does not build:\n" + text);
+    }
+    return std::move(made.artifact);
+  }
+  return not_found("source " + std::to_string(source) + " of op " + request.spec->name + " has no include prefix to precompile");
+}
+
 PrecompiledHeaders::~PrecompiledHeaders() { wait(); }
 
 void PrecompiledHeaders::wait() {

@@ -54,6 +54,11 @@ struct PchUse {
   size_t building = 0;  // PCHs started in the background by this compile
 };
 
+// The PCH of sources[source]'s include prefix with the request's options, made now and kept
+// nowhere (what the background build makes; for benchmarks). kNotFound when the source has no
+// prefix a PCH would stand for.
+Result<std::string> make_precompiled_header(jit::Toolchain& toolchain, const BuildRequest& request, size_t source);
+
 class PrecompiledHeaders {
  public:
   explicit PrecompiledHeaders(cache::Store* store) : m_store(store) {}
