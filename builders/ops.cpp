@@ -15,6 +15,7 @@
 #include "runtime/registry.h"
 #include "support/file_memo.h"
 #include "support/file_util.h"
+#include "support/log.h"
 
 namespace kiln::builders {
 namespace {
@@ -81,13 +82,16 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
   }
   Ops* self = ops.get();
   store_options.report_damage = [self](const std::string& message) { self->warn_once("damage", message); };
+  store_options.report_notice = [self](const std::string& message) { self->warn_once("notice", message); };
   std::string root = options.cache_dir.empty() ? cache::Store::default_root() : options.cache_dir;
+  double open_start = log_clock_ms();
   auto store = cache::Store::open(root, store_options);
+  KILN_LOG_AT(kDebug, "cache", "opened " + root + (store.ok() ? "" : " (failed: " + store.status().message() + ")") + " in " +
+                                   std::to_string(log_clock_ms() - open_start) + " ms");
   if (store.ok()) {
     ops->m_store = std::move(store).value();
     FileMemo::instance().attach(ops->m_store->root() + "/file-memo");
     ops->m_pchs = std::make_unique<PrecompiledHeaders>(ops->m_store.get());
-    if (!ops->m_store->notice().empty()) ops->warn_once("notice", ops->m_store->notice());
   } else {
     // A cache that cannot be opened (read-only, not a folder, from a newer kiln) must not
     // stop ops from running: say so once, and compile into memory.
@@ -143,11 +147,25 @@ void Ops::warn_once(const std::string& kind, const std::string& message) {
 std::optional<Hash128> Ops::artifact_key_from_manifest(const OpSpec& spec, const KeyParts& input) {
   if (!m_store) return std::nullopt;
   auto manifest_text = m_store->get_manifest(input.key);
-  if (!manifest_text.ok() || !manifest_text->has_value()) return std::nullopt;
+  if (!manifest_text.ok() || !manifest_text->has_value()) {
+    KILN_LOG_AT(kDebug, "lookup", "op " + spec.name + ": no manifest for input key " + input.key.hex() + ": a miss");
+    return std::nullopt;
+  }
   auto manifest = decode_manifest(**manifest_text);
   if (!manifest.ok()) return std::nullopt;
   auto current = rehash_manifest(manifest.value(), spec);
-  if (!current) return std::nullopt;  // a header is gone: compile, and learn the new list
+  if (!current) {  // a header is gone: compile, and learn the new list
+    KILN_LOG_AT(kDebug, "lookup", "op " + spec.name + ": a header of the manifest is gone: a miss");
+    return std::nullopt;
+  }
+  if (log_enabled(LogLevel::kDebug)) {
+    std::string changed;
+    for (size_t i = 0; i < current->size(); ++i)
+      if (!((*current)[i].hash == manifest->at(i).hash)) changed += (changed.empty() ? "" : ", ") + (*current)[i].label;
+    log_line(LogLevel::kDebug, "lookup",
+             "op " + spec.name + ": manifest of " + std::to_string(current->size()) + " headers" +
+                 (changed.empty() ? ", none changed" : "; changed since it was stored: " + changed));
+  }
   return artifact_key(input, *current).key;
 }
 
@@ -155,7 +173,12 @@ bool Ops::lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out) {
   std::optional<Hash128> key = artifact_key_from_manifest(spec, input);
   if (!key) return false;
   auto hit = m_store->get(*key);
-  if (!hit.ok() || !hit->has_value()) return false;
+  if (!hit.ok() || !hit->has_value()) {
+    KILN_LOG_AT(kDebug, "lookup", "op " + spec.name + ": artifact key " + key->hex() + " is not in the index: a miss");
+    return false;
+  }
+  KILN_LOG_AT(kDebug, "lookup", "op " + spec.name + ": index hit " + key->hex() + ", " + (*hit)->record.kind + " of " +
+                                    std::to_string((*hit)->bytes.size()) + " bytes, blob verified");
   cache::Artifact& a = **hit;
   out.key = *key;
   out.cache = CacheOutcome::kDisk;
@@ -190,6 +213,8 @@ Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
                                      : target.backend == "cuda" ? jit::clang_cuda_toolchain_identity()
                                                                 : jit::clang_toolchain_identity());
   in.key = input_key(in.request, in.identity);
+  KILN_LOG_AT(kDebug, "lookup", "op " + spec.name + " for " + in.request.target.str() + ": input key " + in.key.key.hex() +
+                                    " (toolchain " + in.identity.substr(0, in.identity.find(';')) + ")");
   return in;
 }
 
@@ -240,7 +265,17 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   if (m_pchs && !nvrtc) pch = m_pchs->prepare(request, identity, *toolchain);
   out.pch_used = pch.used;
   out.pch_building = pch.building;
+  if (log_enabled(LogLevel::kInfo)) {
+    std::string options;
+    for (auto& d : request.compile.defines) options += " -D" + d;
+    for (auto& f : request.compile.flags) options += " " + f;
+    log_line(LogLevel::kInfo, "compile", "op " + spec.name + " for " + request.target.str() + " with " + toolchain->version() + ": " +
+                                             std::to_string(request.compile.sources.size()) + " sources" + options +
+                                             (pch.used ? ", " + std::to_string(pch.used) + " precompiled headers" : ""));
+  }
   jit::CompileResult compiled = toolchain->compile(request.compile);
+  KILN_LOG_AT(kInfo, "compile", "op " + spec.name + ": " + (compiled.success ? "compiled" : "failed") + " in " +
+                                    std::to_string(compiled.compile_ms) + " ms");
   request.compile.precompiled_headers.clear();
   out.cache = CacheOutcome::kCompiled;
   out.compile_ms = compiled.compile_ms;
@@ -385,7 +420,10 @@ Result<std::shared_ptr<LoadedOp>> Ops::load(const std::string& name, const Targe
   if (!outcome.success)
     return Status(StatusCode::kCompileError, "op " + name + " does not compile for " + target.str() + ":\n" + outcome.diagnostics_text());
   runtime::ModuleImage image{outcome.kind, outcome.target, outcome.artifact, outcome.kernels, "op " + name};
+  double load_start = log_clock_ms();
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<runtime::Module> module, accelerator->load_module(image));
+  KILN_LOG_AT(kDebug, "load", "op " + name + ": " + outcome.kind + " loaded on " + std::string(accelerator->name()) + " in " +
+                                  std::to_string(log_clock_ms() - load_start) + " ms");
   auto loaded = std::make_shared<LoadedOp>();
   loaded->m_spec = std::move(spec);
   outcome.artifact.clear();

@@ -11,7 +11,7 @@ namespace kiln::cache {
 namespace {
 
 constexpr char k_magic[8] = {'K', 'I', 'L', 'N', 'B', 'L', 'O', 'B'};
-constexpr uint32_t k_format_version = 2;
+constexpr uint32_t k_format_version = k_blob_format_version;
 // Codec bits: content compressed, metadata compressed (each only when that pays).
 constexpr uint32_t k_content_zstd = 1, k_metadata_zstd = 2;
 // zstd's fast level -1, measured on 100 KiB of x86 code from libLLVM (this machine,
@@ -123,6 +123,11 @@ Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata) {
   }
   if (xxh3_128(out.content) != get_hash(file, 32)) return damaged("content hash mismatch");
   return out;
+}
+
+uint32_t blob_format_version(std::string_view file) {
+  if (file.size() < 12 || std::memcmp(file.data(), k_magic, sizeof k_magic) != 0) return 0;
+  return static_cast<uint32_t>(get(file, 8, 4));
 }
 
 }  // namespace kiln::cache

@@ -17,6 +17,7 @@
 //   80      ...   metadata, then payload
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -26,6 +27,10 @@
 namespace kiln::cache {
 
 inline constexpr size_t k_blob_header_size = 80;
+inline constexpr uint32_t k_blob_format_version = 2;
+
+// The format version a blob file says it has; 0 when it is not a blob at all.
+uint32_t blob_format_version(std::string_view file);
 
 struct EncodedBlob {
   std::string bytes;     // the whole file

@@ -1,7 +1,13 @@
 #include "cache/store.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +23,11 @@ namespace {
 
 // Flush usage after this many distinct keys so a long-lived process does not hold them forever.
 constexpr size_t k_usage_flush_threshold = 256;
+// The usage journal, in the cache folder: "H <key> <hits> <unix time>" and "C <counter> <delta>"
+// lines, folded into the index by the next write.
+constexpr const char* k_usage_journal = "usage";
+// The first line of a manifest file: its format.
+constexpr std::string_view k_manifest_header = "kiln-manifest 1\n";
 
 int64_t now_seconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -127,32 +138,48 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& root_in, StoreOpti
   std::string root = absolute_path(root_in);
   KILN_RETURN_IF_ERROR(make_dirs(root, 0700));
   KILN_RETURN_IF_ERROR(make_dirs(root + "/blobs", 0700));
-  std::unique_ptr<Store> store(new Store(root, options));
-  Status st = store->open_index();
-  if (!st.ok() && store->m_db && is_corruption(sqlite3_extended_errcode(store->m_db))) {
+  return std::unique_ptr<Store>(new Store(root, options));
+}
+
+Status Store::ensure_index_locked() {
+  if (m_db) return {};
+  if (m_index_tried) return m_index_status;
+  m_index_tried = true;
+  Status st = open_index();
+  if (!st.ok() && m_db && is_corruption(sqlite3_extended_errcode(m_db))) {
     // Set the damaged index aside (never delete what someone may want to inspect), start a
     // new one and rebuild it from the blobs, which describe themselves.
-    for (auto& [_, s] : store->m_statements) sqlite3_finalize(s);
-    store->m_statements.clear();
-    sqlite3_close(store->m_db);
-    store->m_db = nullptr;
-    std::string aside = root + "/index.sqlite.corrupt-" + std::to_string(now_seconds());
-    ::rename((root + "/index.sqlite").c_str(), aside.c_str());
-    ::unlink((root + "/index.sqlite-wal").c_str());
-    ::unlink((root + "/index.sqlite-shm").c_str());
-    KILN_RETURN_IF_ERROR(store->open_index());
-    auto rebuilt = store->rebuild_index();
-    if (!rebuilt.ok()) return rebuilt.status();
-    store->m_notice = "the cache index in " + root + " was corrupt; it was set aside as " + aside +
-                      " and rebuilt from " + std::to_string(rebuilt.value()) + " blobs";
-    return store;
+    for (auto& [_, stmt] : m_statements) sqlite3_finalize(stmt);
+    m_statements.clear();
+    sqlite3_close(m_db);
+    m_db = nullptr;
+    std::string aside = m_root + "/index.sqlite.corrupt-" + std::to_string(now_seconds());
+    ::rename((m_root + "/index.sqlite").c_str(), aside.c_str());
+    ::unlink((m_root + "/index.sqlite-wal").c_str());
+    ::unlink((m_root + "/index.sqlite-shm").c_str());
+    st = open_index();
+    if (st.ok()) {
+      auto rebuilt = rebuild_index_locked();
+      if (!rebuilt.ok()) st = rebuilt.status();
+      else {
+        m_notice = "the cache index in " + m_root + " was corrupt; it was set aside as " + aside + " and rebuilt from " +
+                   std::to_string(rebuilt.value()) + " blobs";
+        if (m_options.report_notice) m_options.report_notice(m_notice);
+      }
+    }
   }
-  if (!st.ok()) return st;
-  return store;
+  if (!st.ok()) {
+    for (auto& [_, stmt] : m_statements) sqlite3_finalize(stmt);
+    m_statements.clear();
+    if (m_db) sqlite3_close(m_db);
+    m_db = nullptr;
+    m_index_status = st;
+  }
+  return st;
 }
 
 Store::~Store() {
-  if (m_db) (void)flush_usage();
+  (void)flush_usage();
   for (auto& [_, s] : m_statements) sqlite3_finalize(s);
   if (m_db) sqlite3_close(m_db);
 }
@@ -219,8 +246,27 @@ Status Store::migrate(int from) {
   }
   (void)from;
   Status st;
-  if (version == 0) st = exec(k_schema_v2);
-  else if (version == 1) st = exec(k_migrate_v1_to_v2);
+  if (version == 0) {
+    st = exec(k_schema_v3);
+  } else {
+    if (version == 1) st = exec(k_migrate_v1_to_v2);
+    // Version 2's manifests become files (a lookup reads those), then its table goes.
+    if (st.ok()) {
+      sqlite3_stmt* m = nullptr;
+      if (sqlite3_prepare_v2(m_db, "SELECT input_key, body FROM manifests", -1, &m, nullptr) == SQLITE_OK) {
+        while (st.ok() && sqlite3_step(m) == SQLITE_ROW) {
+          ArtifactRecord r;
+          if (sqlite3_column_bytes(m, 0) != 16) continue;
+          std::memcpy(r.input_key.bytes.data(), sqlite3_column_blob(m, 0), 16);
+          auto* body = static_cast<const char*>(sqlite3_column_blob(m, 1));
+          r.manifest.assign(body ? body : "", static_cast<size_t>(sqlite3_column_bytes(m, 1)));
+          st = write_manifest(r);
+        }
+      }
+      sqlite3_finalize(m);
+    }
+    if (st.ok()) st = exec(k_migrate_v2_to_v3);
+  }
   if (!st.ok()) {
     (void)exec("ROLLBACK");
     return st;
@@ -231,6 +277,11 @@ Status Store::migrate(int from) {
 std::string Store::blob_path(const Hash128& key) const {
   std::string hex = key.hex();
   return m_root + "/blobs/" + hex.substr(0, 2) + "/" + hex + ".blob";
+}
+
+std::string Store::manifest_path(const Hash128& input_key) const {
+  std::string hex = input_key.hex();
+  return m_root + "/manifests/" + hex.substr(0, 2) + "/" + hex + ".manifest";
 }
 
 Result<uint64_t> Store::stat_locked(const char* name) {
@@ -264,50 +315,55 @@ Status Store::remove_locked(const Hash128& key, bool unlink_blob) {
 }
 
 Result<std::optional<Artifact>> Store::get(const Hash128& key) {
-  std::lock_guard lock(m_mutex);
-  sqlite3_stmt* s = prepare(
-      "SELECT op, target, kind, toolchain, entry_points, compile_ms, log, size, created, stored_size, components,"
-      " input_key FROM artifacts WHERE key = ?");
-  if (!s) return sql_error(m_db, "prepare lookup");
-  Artifact a;
-  {
+  // The blob alone: it carries the artifact's record and the hashes of both.
+  auto file = read_file(blob_path(key));
+  if (!file.ok()) {
+    if (file.status().code() != StatusCode::kNotFound) return file.status();
+    // Not stored, or listed in the index but gone: look there, so a lost blob is repaired
+    // (its row removed, counted). Only a miss pays for this, and a compile follows it.
+    std::lock_guard lock(m_mutex);
+    if (!ensure_index_locked().ok()) return std::optional<Artifact>();
+    sqlite3_stmt* s = prepare("SELECT op, target FROM artifacts WHERE key = ?");
+    if (!s) return std::optional<Artifact>();
     StatementReset reset{s};
     sqlite3_bind_blob(s, 1, key.bytes.data(), 16, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_DONE) return std::optional<Artifact>();
-    if (rc != SQLITE_ROW) return sql_error(m_db, "lookup");
-    a.record.key = key;
-    a.record.op = column_text(s, 0);
-    a.record.target = column_text(s, 1);
-    a.record.kind = column_text(s, 2);
-    a.record.toolchain = column_text(s, 3);
-    a.record.entry_points = column_text(s, 4);
-    a.record.compile_ms = sqlite3_column_double(s, 5);
-    a.record.log = column_text(s, 6);
-    a.record.size = static_cast<uint64_t>(sqlite3_column_int64(s, 7));
-    a.record.created = sqlite3_column_int64(s, 8);
-    a.record.stored_size = static_cast<uint64_t>(sqlite3_column_int64(s, 9));
-    a.record.components = column_text(s, 10);
-    if (sqlite3_column_bytes(s, 11) == 16) std::memcpy(a.record.input_key.bytes.data(), sqlite3_column_blob(s, 11), 16);
-  }
-  auto file = read_file(blob_path(key));
-  Result<DecodedBlob> blob = file.ok() ? decode_blob(file.value(), /*with_metadata=*/false) : Result<DecodedBlob>(file.status());
-  if (!blob.ok() || blob->content.size() != a.record.size) {
-    // Listed but missing or damaged: a miss, and the row goes so the next compile replaces it.
-    ++m_pending_counters[static_cast<size_t>(Counter::kRepairs)];
-    if (m_options.report_damage && !m_damage_reported) {
-      m_damage_reported = true;
-      std::string why = !file.ok() ? file.status().message() : !blob.ok() ? blob.status().message() : "size differs from the index";
-      m_options.report_damage("cache entry " + key.hex() + " (" + a.record.op + ", " + a.record.target + ") was damaged (" +
-                              why + "); it was removed and will be compiled again (`kiln cache verify` checks them all)");
+    if (sqlite3_step(s) == SQLITE_ROW) {
+      std::string what = column_text(s, 0) + ", " + column_text(s, 1);
+      sqlite3_reset(s);
+      repair_locked(key, what, "blob missing");
     }
-    (void)remove_locked(key, /*unlink_blob=*/true);
     return std::optional<Artifact>();
   }
+  if (blob_format_version(file.value()) > k_blob_format_version)
+    return std::optional<Artifact>();  // written by a newer kiln: not ours to read, nor to remove
+  Result<DecodedBlob> blob = decode_blob(file.value());
+  Result<ArtifactRecord> record = blob.ok() ? decode_record(blob->metadata) : Result<ArtifactRecord>(blob.status());
+  if (!record.ok() || !(record->key == key) || blob->content.size() != record->size) {
+    std::string why = !record.ok() ? record.status().message()
+                                   : !(record->key == key) ? "it holds the artifact of another key" : "its size is wrong";
+    std::lock_guard lock(m_mutex);
+    repair_locked(key, record.ok() ? record->op + ", " + record->target : "unknown op", why);
+    return std::optional<Artifact>();
+  }
+  Artifact a;
+  a.record = std::move(record).value();
+  a.record.stored_size = file->size();
   a.bytes = std::move(blob->content);
+  std::lock_guard lock(m_mutex);
   ++m_pending_hits[key];
   if (m_pending_hits.size() >= k_usage_flush_threshold) (void)flush_locked();
   return std::optional<Artifact>(std::move(a));
+}
+
+void Store::repair_locked(const Hash128& key, const std::string& what, const std::string& why) {
+  ++m_pending_counters[static_cast<size_t>(Counter::kRepairs)];
+  if (m_options.report_damage && !m_damage_reported) {
+    m_damage_reported = true;
+    m_options.report_damage("cache entry " + key.hex() + " (" + what + ") was damaged (" + why +
+                            "); it was removed and will be compiled again (`kiln cache verify` checks them all)");
+  }
+  ::unlink(blob_path(key).c_str());
+  if (ensure_index_locked().ok()) (void)remove_locked(key, /*unlink_blob=*/false);
 }
 
 Status Store::insert_locked(const ArtifactRecord& r, uint64_t stored_size, const Hash128& content_hash) {
@@ -337,15 +393,6 @@ Status Store::insert_locked(const ArtifactRecord& r, uint64_t stored_size, const
   StatementReset reset_u{u};
   sqlite3_bind_int64(u, 1, static_cast<int64_t>(stored_size));
   if (sqlite3_step(u) != SQLITE_DONE) return sql_error(m_db, "update bytes");
-  if (!r.manifest.empty() || r.kind != "compile-error") {
-    sqlite3_stmt* m = prepare("INSERT OR REPLACE INTO manifests(input_key, op, body, created) VALUES(?,?,?,?)");
-    StatementReset reset_m{m};
-    sqlite3_bind_blob(m, 1, r.input_key.bytes.data(), 16, SQLITE_STATIC);
-    bind_text(m, 2, r.op);
-    sqlite3_bind_blob(m, 3, r.manifest.data(), static_cast<int>(r.manifest.size()), SQLITE_STATIC);
-    sqlite3_bind_int64(m, 4, created);
-    if (sqlite3_step(m) != SQLITE_DONE) return sql_error(m_db, "insert manifest");
-  }
   return {};
 }
 
@@ -353,16 +400,22 @@ Status Store::put(const ArtifactRecord& r, std::string_view bytes) {
   ArtifactRecord record = r;
   record.size = bytes.size();
   if (!record.created) record.created = now_seconds();
+  std::lock_guard lock(m_mutex);
+  // A cache whose index this kiln cannot use (a newer one) is not written: its index would not
+  // know what was added.
+  KILN_RETURN_IF_ERROR(ensure_index_locked());
   EncodedBlob blob = encode_blob(bytes, encode_record(record));
   std::string path = blob_path(r.key);
   KILN_RETURN_IF_ERROR(make_dirs(dirname_of(path), 0700));
   KILN_RETURN_IF_ERROR(write_file_atomic(path, blob.bytes));
+  // Then the manifest that leads to it (a failure keeps none: the last compile's headers).
+  if (!record.manifest.empty() || record.kind != "compile-error") KILN_RETURN_IF_ERROR(write_manifest(record));
 
-  std::lock_guard lock(m_mutex);
   KILN_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
   // The file at `path` is already the new blob: drop only the old row, if any.
   Status st = remove_locked(r.key, /*unlink_blob=*/false);
   if (st.ok()) st = insert_locked(record, blob.bytes.size(), blob.content_hash);
+  if (st.ok()) st = fold_usage_locked(/*in_transaction=*/true);
   if (!st.ok()) {
     (void)exec("ROLLBACK");
     return st;
@@ -377,16 +430,21 @@ Status Store::put(const ArtifactRecord& r, std::string_view bytes) {
 }
 
 Result<std::optional<std::string>> Store::get_manifest(const Hash128& input_key) {
-  std::lock_guard lock(m_mutex);
-  sqlite3_stmt* s = prepare("SELECT body FROM manifests WHERE input_key = ?");
-  if (!s) return sql_error(m_db, "prepare manifest lookup");
-  StatementReset reset{s};
-  sqlite3_bind_blob(s, 1, input_key.bytes.data(), 16, SQLITE_STATIC);
-  int rc = sqlite3_step(s);
-  if (rc == SQLITE_DONE) return std::optional<std::string>();
-  if (rc != SQLITE_ROW) return sql_error(m_db, "manifest lookup");
-  auto* p = static_cast<const char*>(sqlite3_column_blob(s, 0));
-  return std::optional<std::string>(std::string(p ? p : "", static_cast<size_t>(sqlite3_column_bytes(s, 0))));
+  auto file = read_file(manifest_path(input_key));
+  if (!file.ok()) {
+    if (file.status().code() == StatusCode::kNotFound) return std::optional<std::string>();
+    return file.status();
+  }
+  std::string_view text = file.value();
+  // A manifest of another format (a newer kiln's) is not this kiln's to read: a miss.
+  if (text.substr(0, k_manifest_header.size()) != k_manifest_header) return std::optional<std::string>();
+  return std::optional<std::string>(std::string(text.substr(k_manifest_header.size())));
+}
+
+Status Store::write_manifest(const ArtifactRecord& r) {
+  std::string path = manifest_path(r.input_key);
+  KILN_RETURN_IF_ERROR(make_dirs(dirname_of(path), 0700));
+  return write_file_atomic(path, std::string(k_manifest_header) + r.manifest);
 }
 
 void Store::count(Counter c, int64_t delta) {
@@ -403,32 +461,78 @@ Status Store::flush_locked() {
   bool counters = false;
   for (auto v : m_pending_counters) counters = counters || v != 0;
   if (m_pending_hits.empty() && !counters) return {};
-  KILN_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
-  int64_t now = now_seconds();
-  sqlite3_stmt* s = prepare("UPDATE artifacts SET hits = hits + ?, last_used = ? WHERE key = ?");
-  for (auto& [key, hits] : m_pending_hits) {
-    StatementReset reset{s};
-    sqlite3_bind_int64(s, 1, static_cast<int64_t>(hits));
-    sqlite3_bind_int64(s, 2, now);
-    sqlite3_bind_blob(s, 3, key.bytes.data(), 16, SQLITE_STATIC);
-    sqlite3_step(s);
+  // One line per key or counter, appended in one write: lines of several processes never mix
+  // (O_APPEND), and a hit costs no index transaction (and no fsync).
+  std::string lines;
+  std::string now = std::to_string(now_seconds());
+  for (auto& [key, hits] : m_pending_hits) lines += "H " + key.hex() + " " + std::to_string(hits) + " " + now + "\n";
+  for (size_t i = 0; i < m_pending_counters.size(); ++i)
+    if (m_pending_counters[i]) lines += std::string("C ") + counter_name(static_cast<Counter>(i)) + " " + std::to_string(m_pending_counters[i]) + "\n";
+  int fd = ::open((m_root + "/" + k_usage_journal).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return errno_status("open the usage journal in " + m_root, errno);
+  ssize_t n = ::write(fd, lines.data(), lines.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(lines.size())) return io_error("cannot append to the usage journal in " + m_root);
+  m_pending_hits.clear();
+  m_pending_counters.fill(0);
+  return {};
+}
+
+Status Store::fold_usage_locked(bool in_transaction) {
+  // Journals to fold: the live one, moved aside first so appends go to a new one, and any a
+  // folder that died left behind (its rows were not committed: the file was not removed).
+  std::string live = m_root + "/" + k_usage_journal;
+  std::string moved = live + ".folding." + std::to_string(::getpid()) + "." + std::to_string(now_seconds());
+  std::vector<std::string> journals;
+  if (::rename(live.c_str(), moved.c_str()) == 0) journals.push_back(moved);
+  if (DIR* d = ::opendir(m_root.c_str())) {
+    std::string prefix = std::string(k_usage_journal) + ".folding.";
+    while (auto* e = ::readdir(d)) {
+      std::string name = e->d_name, path = m_root + "/" + name;
+      struct stat st{};
+      if (name.rfind(prefix, 0) == 0 && path != moved && ::stat(path.c_str(), &st) == 0 && now_seconds() - st.st_mtime > 600)
+        journals.push_back(path);
+    }
+    ::closedir(d);
   }
+  if (journals.empty()) return {};
+  if (!in_transaction) KILN_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
+  sqlite3_stmt* h = prepare("UPDATE artifacts SET hits = hits + ?, last_used = max(last_used, ?) WHERE key = ?");
   sqlite3_stmt* c = prepare("INSERT INTO stats(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value");
-  for (size_t i = 0; i < m_pending_counters.size(); ++i) {
-    if (!m_pending_counters[i]) continue;
-    StatementReset reset{c};
-    sqlite3_bind_text(c, 1, counter_name(static_cast<Counter>(i)), -1, SQLITE_STATIC);
-    sqlite3_bind_int64(c, 2, m_pending_counters[i]);
-    sqlite3_step(c);
+  for (auto& path : journals) {
+    auto text = read_file(path);
+    if (!text.ok()) continue;
+    std::string_view all = text.value();
+    while (!all.empty()) {
+      size_t nl = all.find('\n');
+      if (nl == std::string_view::npos) break;  // a torn last line
+      std::string line(all.substr(0, nl));
+      all.remove_prefix(nl + 1);
+      char kind = 0;
+      char name[64];
+      long long count = 0, when = 0;
+      if (std::sscanf(line.c_str(), "%c %63s %lld %lld", &kind, name, &count, &when) < 3) continue;
+      if (kind == 'H') {
+        auto key = Hash128::from_hex(name);
+        if (!key || !h) continue;
+        StatementReset reset{h};
+        sqlite3_bind_int64(h, 1, count);
+        sqlite3_bind_int64(h, 2, when);
+        sqlite3_bind_blob(h, 3, key->bytes.data(), 16, SQLITE_TRANSIENT);
+        sqlite3_step(h);
+      } else if (kind == 'C' && c) {
+        StatementReset reset{c};
+        sqlite3_bind_text(c, 1, name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(c, 2, count);
+        sqlite3_step(c);
+      }
+    }
   }
-  Status st = exec("COMMIT");
-  if (st.ok()) {
-    m_pending_hits.clear();
-    m_pending_counters.fill(0);
-  } else {
-    (void)exec("ROLLBACK");
-  }
-  return st;
+  if (!in_transaction) KILN_RETURN_IF_ERROR(exec("COMMIT"));
+  // Removed once folded: a fold that dies before its commit leaves them for the next. (One
+  // that dies between the commit and here counts them twice: these are usage figures.)
+  for (auto& path : journals) ::unlink(path.c_str());
+  return {};
 }
 
 }  // namespace kiln::cache

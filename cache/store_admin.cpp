@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <set>
 
 #include "cache/blob.h"
@@ -74,7 +75,9 @@ std::optional<Hash128> key_of_blob_name(const std::string& name) {
 
 Result<Statistics> Store::statistics() {
   std::lock_guard lock(m_mutex);
+  KILN_RETURN_IF_ERROR(ensure_index_locked());
   KILN_RETURN_IF_ERROR(flush_locked());
+  KILN_RETURN_IF_ERROR(fold_usage_locked(/*in_transaction=*/false));
   Statistics out;
   out.max_bytes = m_options.max_bytes;
   for (size_t i = 0; i < static_cast<size_t>(Counter::kCount); ++i) out.counters[counter_name(static_cast<Counter>(i))] = 0;
@@ -98,7 +101,9 @@ Result<Statistics> Store::statistics() {
 
 Result<std::vector<ArtifactRecord>> Store::list(const std::string& op, const std::string& target) {
   std::lock_guard lock(m_mutex);
+  KILN_RETURN_IF_ERROR(ensure_index_locked());
   KILN_RETURN_IF_ERROR(flush_locked());
+  KILN_RETURN_IF_ERROR(fold_usage_locked(/*in_transaction=*/false));
   std::string sql = std::string(k_select_record) + " WHERE (?1 = '' OR op = ?1) AND (?2 = '' OR target = ?2) ORDER BY op, target, created";
   sqlite3_stmt* s = prepare(sql.c_str());
   if (!s) return sql_error(m_db, "prepare list");
@@ -114,6 +119,7 @@ Result<std::vector<ArtifactRecord>> Store::list(const std::string& op, const std
 
 Result<std::optional<ArtifactRecord>> Store::record(const Hash128& key) {
   std::lock_guard lock(m_mutex);
+  KILN_RETURN_IF_ERROR(ensure_index_locked());
   std::string sql = std::string(k_select_record) + " WHERE key = ?";
   sqlite3_stmt* s = prepare(sql.c_str());
   if (!s) return sql_error(m_db, "prepare record");
@@ -144,7 +150,9 @@ Result<std::optional<ArtifactRecord>> Store::find(const std::string& prefix) {
 
 Result<GcReport> Store::gc(uint64_t max_bytes) {
   std::lock_guard lock(m_mutex);
+  KILN_RETURN_IF_ERROR(ensure_index_locked());
   KILN_RETURN_IF_ERROR(flush_locked());
+  KILN_RETURN_IF_ERROR(fold_usage_locked(/*in_transaction=*/false));
   auto report = gc_locked(max_bytes);
   if (!report.ok()) return report;
   // Leftovers of writers that died: temporaries, and blobs that never got an index row.
@@ -174,16 +182,19 @@ Result<GcReport> Store::gc(uint64_t max_bytes) {
 Result<GcReport> Store::gc_locked(uint64_t target_bytes) {
   GcReport report;
   KILN_ASSIGN_OR_RETURN(uint64_t bytes, stat_locked("bytes"));
-  sqlite3_stmt* oldest = prepare("SELECT key, stored_size FROM artifacts ORDER BY last_used, created LIMIT 512");
+  sqlite3_stmt* oldest = prepare("SELECT key, stored_size, input_key FROM artifacts ORDER BY last_used, created LIMIT 512");
   if (!oldest) return sql_error(m_db, "prepare eviction");
+  std::set<Hash128> inputs;  // of what was evicted: their manifests go when nothing else uses them
   while (bytes > target_bytes) {
     std::vector<std::pair<Hash128, uint64_t>> batch;
     {
       StatementReset reset{oldest};
       while (sqlite3_step(oldest) == SQLITE_ROW) {
-        Hash128 k;
+        Hash128 k, input;
         if (sqlite3_column_bytes(oldest, 0) == 16) std::memcpy(k.bytes.data(), sqlite3_column_blob(oldest, 0), 16);
+        if (sqlite3_column_bytes(oldest, 2) == 16) std::memcpy(input.bytes.data(), sqlite3_column_blob(oldest, 2), 16);
         batch.emplace_back(k, static_cast<uint64_t>(sqlite3_column_int64(oldest, 1)));
+        inputs.insert(input);
       }
     }
     if (batch.empty()) break;
@@ -200,6 +211,13 @@ Result<GcReport> Store::gc_locked(uint64_t target_bytes) {
       ++report.evicted;
     }
     KILN_RETURN_IF_ERROR(exec("COMMIT"));
+  }
+  sqlite3_stmt* used = prepare("SELECT 1 FROM artifacts WHERE input_key = ? LIMIT 1");
+  for (auto& input : inputs) {
+    if (!used) break;
+    StatementReset reset{used};
+    sqlite3_bind_blob(used, 1, input.bytes.data(), 16, SQLITE_STATIC);
+    if (sqlite3_step(used) != SQLITE_ROW) ::unlink(manifest_path(input).c_str());
   }
   m_pending_counters[static_cast<size_t>(Counter::kEvictions)] += static_cast<int64_t>(report.evicted);
   report.bytes_after = bytes;
@@ -238,20 +256,28 @@ Result<VerifyReport> Store::verify() {
 
 Status Store::clear() {
   std::lock_guard lock(m_mutex);
+  KILN_RETURN_IF_ERROR(ensure_index_locked());
   m_pending_hits.clear();
-  KILN_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE; DELETE FROM artifacts; DELETE FROM manifests;"
-                            " UPDATE stats SET value = 0 WHERE name = 'bytes'; COMMIT;"));
+  KILN_RETURN_IF_ERROR(fold_usage_locked(/*in_transaction=*/false));  // its counters stay
+  KILN_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE; DELETE FROM artifacts; UPDATE stats SET value = 0 WHERE name = 'bytes'; COMMIT;"));
   for_each_blob_file(m_root, [&](const std::string& path, const std::string&, int64_t) { ::unlink(path.c_str()); });
+  std::error_code ec;
+  std::filesystem::remove_all(m_root + "/manifests", ec);
   return {};
 }
 
 Result<uint64_t> Store::rebuild_index() {
+  std::lock_guard lock(m_mutex);
+  KILN_RETURN_IF_ERROR(ensure_index_locked());
+  return rebuild_index_locked();
+}
+
+Result<uint64_t> Store::rebuild_index_locked() {
   std::vector<std::string> paths;
   for_each_blob_file(m_root, [&](const std::string& path, const std::string& name, int64_t) {
     if (key_of_blob_name(name)) paths.push_back(path);
   });
   uint64_t restored = 0;
-  std::lock_guard lock(m_mutex);
   KILN_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
   for (auto& path : paths) {
     auto file = read_file(path);
@@ -262,6 +288,8 @@ Result<uint64_t> Store::rebuild_index() {
     if (!record.ok() || blob_path(record->key) != path) continue;
     (void)remove_locked(record->key, /*unlink_blob=*/false);
     if (insert_locked(record.value(), file->size(), xxh3_128(blob->content)).ok()) ++restored;
+    // Blobs carry their manifests: direct lookups work again at once.
+    if (!record->manifest.empty() || record->kind != "compile-error") (void)write_manifest(record.value());
   }
   KILN_RETURN_IF_ERROR(exec("COMMIT"));
   return restored;

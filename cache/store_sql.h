@@ -10,10 +10,11 @@
 
 namespace kiln::cache {
 
-inline constexpr int k_index_schema_version = 2;
+inline constexpr int k_index_schema_version = 3;
 
-// A fresh index, at the current version.
-inline constexpr const char* k_schema_v2 =
+// A fresh index, at the current version. (Version 3 keeps header manifests in files beside the
+// blobs, so a lookup needs no SQLite: the manifests table of version 2 is gone.)
+inline constexpr const char* k_schema_v3 =
     "CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS artifacts("
     "  key BLOB PRIMARY KEY, op TEXT NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL,"
@@ -23,11 +24,10 @@ inline constexpr const char* k_schema_v2 =
     "  log TEXT NOT NULL, components TEXT NOT NULL DEFAULT '', input_key BLOB) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS artifacts_by_op ON artifacts(op, target);"
     "CREATE INDEX IF NOT EXISTS artifacts_by_last_used ON artifacts(last_used);"
-    "CREATE TABLE IF NOT EXISTS manifests("
-    "  input_key BLOB PRIMARY KEY, op TEXT NOT NULL, body BLOB NOT NULL, created INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS artifacts_by_input_key ON artifacts(input_key);"
     "CREATE TABLE IF NOT EXISTS stats(name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
     "INSERT OR IGNORE INTO stats(name, value) VALUES('bytes', 0);"
-    "INSERT OR REPLACE INTO meta(name, value) VALUES('schema_version', '2');";
+    "INSERT OR REPLACE INTO meta(name, value) VALUES('schema_version', '3');";
 
 // Version 1 (the walking skeleton) had no key components, input keys or counters.
 inline constexpr const char* k_migrate_v1_to_v2 =
@@ -37,6 +37,12 @@ inline constexpr const char* k_migrate_v1_to_v2 =
     "CREATE TABLE IF NOT EXISTS stats(name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
     "INSERT OR REPLACE INTO stats(name, value) SELECT 'bytes', coalesce(sum(stored_size), 0) FROM artifacts;"
     "INSERT OR REPLACE INTO meta(name, value) VALUES('schema_version', '2');";
+
+// Version 2 kept manifests in the index; Store::migrate writes them out as files first.
+inline constexpr const char* k_migrate_v2_to_v3 =
+    "DROP TABLE IF EXISTS manifests;"
+    "CREATE INDEX IF NOT EXISTS artifacts_by_input_key ON artifacts(input_key);"
+    "INSERT OR REPLACE INTO meta(name, value) VALUES('schema_version', '3');";
 
 inline Status sql_error(sqlite3* db, const std::string& what) {
   return io_error("sqlite: " + what + ": " + (db ? sqlite3_errmsg(db) : "cannot open"));

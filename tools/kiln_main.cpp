@@ -14,6 +14,7 @@
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "jit/toolchain_loader.h"
 #include "support/file_util.h"
+#include "support/log.h"
 #include "tools/cli_args.h"
 #include "tools/cli_common.h"
 
@@ -39,6 +40,8 @@ commands:
 global options:
   --cache-dir DIR   the cache folder (default: $KILN_CACHE_DIR, else
                     $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)
+  -v, --verbose     log what each lookup and compile does to stderr (as KILN_LOG=debug;
+                    KILN_LOG_FILE=PATH appends it to a file instead)
   -h, --help        show this help
   --version         print kiln's version
 
@@ -343,6 +346,11 @@ int run_main(int argc, char** argv) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") return std::cout << k_main_help, 0;
     if (a == "--version") return std::cout << "kiln " KILN_VERSION "\n", 0;
+    if (a == "--verbose" || a == "-v") {
+      set_log_level(LogLevel::kDebug);
+      ++i;
+      continue;
+    }
     if (a == "--cache-dir" && i + 1 < args.size()) {
       cache_dir = args[i + 1];
       i += 2;
@@ -355,6 +363,7 @@ int run_main(int argc, char** argv) {
   }
   if (i >= args.size()) return usage_error("no command given", k_main_help);
   std::string command = args[i];
+  KILN_LOG_AT(kDebug, "kiln", "command " + command + " (" + std::to_string(args.size() - i - 1) + " arguments)");
   std::vector<std::string> rest(args.begin() + static_cast<long>(i) + 1, args.end());
   if (command == "build") return cmd_build(rest, cache_dir);
   if (command == "run") return cmd_run(rest, cache_dir);

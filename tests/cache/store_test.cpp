@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -129,19 +130,33 @@ TEST(StoreTest, BlobOfAnotherKeyIsNotAHit) {
   EXPECT_FALSE(store->get(b.key)->has_value());
 }
 
-TEST(StoreTest, CountersAndHitsAreWrittenInBatches) {
+TEST(StoreTest, HitsNeverWriteTheIndexTheyGoToTheUsageJournal) {
   testing::TempDir dir;
   auto r = record_for("op_h");
+  ASSERT_TRUE(Store::open(dir.path()).value()->put(r, "bytes").ok());
+  struct stat index_before{}, wal_before{};
+  ASSERT_EQ(::stat((dir / "index.sqlite").c_str(), &index_before), 0);
+  ::stat((dir / "index.sqlite-wal").c_str(), &wal_before);
   {
+    // A process that only hits: no index opened, nothing written to it.
     auto store = Store::open(dir.path()).value();
-    ASSERT_TRUE(store->put(r, "bytes").ok());
     for (int i = 0; i < 5; ++i) ASSERT_TRUE(store->get(r.key)->has_value());
+    EXPECT_EQ(**store->get_manifest(r.input_key), r.manifest);
     store->count(Counter::kCompiles, 3);
-    // Nothing written yet: a lookup must not wait on a write.
-    EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT hits FROM artifacts"), 0);
-  }  // flushed on close
+  }  // its usage goes to the journal on close
+  struct stat index_after{}, wal_after{};
+  ASSERT_EQ(::stat((dir / "index.sqlite").c_str(), &index_after), 0);
+  ::stat((dir / "index.sqlite-wal").c_str(), &wal_after);
+  EXPECT_EQ(index_after.st_mtim.tv_nsec, index_before.st_mtim.tv_nsec);
+  EXPECT_EQ(wal_after.st_size, wal_before.st_size);
+  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT hits FROM artifacts"), 0);
+  EXPECT_NE(read_file(dir / "usage")->find("H " + r.key.hex() + " 5 "), std::string::npos);
+  // The next process that writes or queries the index folds the journal in.
+  auto stats = Store::open(dir.path()).value()->statistics().value();
+  EXPECT_EQ(stats.counters["compiles"], 3);
   EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT hits FROM artifacts"), 5);
-  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM stats WHERE name = 'compiles'"), 3);
+  EXPECT_GT(sql_int(dir / "index.sqlite", "SELECT last_used FROM artifacts"), 0);
+  EXPECT_FALSE(std::filesystem::exists(dir / "usage"));
 }
 
 TEST(StoreTest, PastItsCapTheLeastRecentlyUsedAreEvicted) {
@@ -233,12 +248,17 @@ TEST(StoreTest, FindByKeyPrefix) {
 
 TEST(StoreTest, IndexFromANewerSchemaIsLeftAloneWithAClearMessage) {
   testing::TempDir dir;
-  { ASSERT_TRUE(Store::open(dir.path()).ok()); }
+  auto r = record_for("op_n");
+  ASSERT_TRUE(Store::open(dir.path()).value()->put(r, "bytes").ok());
   sql_exec(dir / "index.sqlite", "UPDATE meta SET value = '99' WHERE name = 'schema_version'");
-  auto store = Store::open(dir.path());
-  ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(store.status().message().find("schema version 99"), std::string::npos) << store.status().message();
+  auto store = Store::open(dir.path()).value();
+  // What this kiln can read still hits; writes and queries say why not, and change nothing.
+  EXPECT_TRUE(store->get(r.key)->has_value());
+  Status put = store->put(record_for("op_o"), "other bytes");
+  EXPECT_EQ(put.code(), StatusCode::kUnavailable);
+  EXPECT_NE(put.message().find("schema version 99"), std::string::npos) << put.message();
+  EXPECT_EQ(store->statistics().status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(std::filesystem::exists(store->blob_path(record_for("op_o").key)));
   EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM meta WHERE name = 'schema_version'"), 99);
 }
 
@@ -258,13 +278,35 @@ TEST(StoreTest, VersionOneIndexMigratesForward) {
            " x'00', 't', 'old_op:8', 1, 1, 4, 1.0, '');");
   auto store = Store::open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status().message();
-  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM meta WHERE name = 'schema_version'"), 2);
   auto stats = (*store)->statistics().value();
+  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM meta WHERE name = 'schema_version'"), 3);
   EXPECT_EQ(stats.artifacts, 1u);
   EXPECT_EQ(stats.bytes, 58u);
   auto listed = (*store)->list("old_op").value();
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_EQ(listed[0].hits, 4u);
+}
+
+// Version 2 kept header manifests in a table: they become files, which lookups read.
+TEST(StoreTest, VersionTwoManifestsMoveToFiles) {
+  testing::TempDir dir;
+  auto r = record_for("op_v2");
+  {
+    auto store = Store::open(dir.path()).value();
+    ASSERT_TRUE(store->put(r, "bytes").ok());
+  }
+  // As version 2 left it: the manifest in the index, no file.
+  std::filesystem::remove_all(dir / "manifests");
+  sql_exec(dir / "index.sqlite",
+           "CREATE TABLE manifests(input_key BLOB PRIMARY KEY, op TEXT NOT NULL, body BLOB NOT NULL, created INTEGER NOT NULL)"
+           " WITHOUT ROWID; INSERT INTO manifests VALUES(x'" + r.input_key.hex() + "', 'op_v2', CAST('" + r.manifest +
+               "' AS BLOB), 1); UPDATE meta SET value = '2' WHERE name = 'schema_version';");
+  auto store = Store::open(dir.path()).value();
+  EXPECT_FALSE(store->get_manifest(r.input_key)->has_value());  // not migrated before the index is opened
+  ASSERT_TRUE(store->statistics().ok());
+  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM meta WHERE name = 'schema_version'"), 3);
+  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT count(*) FROM sqlite_master WHERE name = 'manifests'"), 0);
+  EXPECT_EQ(**store->get_manifest(r.input_key), r.manifest);
 }
 
 TEST(StoreTest, CorruptIndexIsSetAsideAndRebuiltFromTheBlobs) {
@@ -278,8 +320,10 @@ TEST(StoreTest, CorruptIndexIsSetAsideAndRebuiltFromTheBlobs) {
   ::unlink((dir / "index.sqlite-wal").c_str());
   ::unlink((dir / "index.sqlite-shm").c_str());
   std::ofstream(dir / "index.sqlite", std::ios::trunc) << "this is not a database, it was overwritten";
+  std::filesystem::remove_all(dir / "manifests");  // gone too: the blobs carry them
   auto store = Store::open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status().message();
+  ASSERT_TRUE((*store)->statistics().ok());  // the first use of the index finds it corrupt
   EXPECT_NE((*store)->notice().find("set aside"), std::string::npos) << (*store)->notice();
   EXPECT_NE((*store)->notice().find("rebuilt from 2 blobs"), std::string::npos) << (*store)->notice();
   auto hit = (*store)->get(a.key);
