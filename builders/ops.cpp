@@ -97,6 +97,7 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
     // stop ops from running: say so once, and compile into memory.
     ops->warn_once("store-open", "cannot use the kiln cache: " + store.status().message() + "; ops will compile every time");
   }
+  if (options.accelerator == "none") return ops;  // it only builds
   auto acc = runtime::get_accelerator(options.accelerator);
   if (!acc.ok()) return acc.status();
   ops->m_accelerator = acc.value();

@@ -104,7 +104,10 @@ struct OpsOptions {
   // else the bundled specs/.
   std::vector<std::string> spec_dirs;
   std::string cache_dir;    // empty: Store::default_root()
-  std::string accelerator;  // empty: KILN_ACCELERATOR or auto-detect
+  // Empty: KILN_ACCELERATOR or auto-detect. "none": no accelerator at all, for a process that
+  // only builds (kiln build, kiln warm): then get(), create_op_builder() with no target and
+  // accelerator() must not be called.
+  std::string accelerator;
   uint64_t max_cache_bytes = 0;  // 0: KILN_CACHE_MAX_SIZE, else 5 GiB
 };
 

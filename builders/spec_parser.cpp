@@ -1,4 +1,6 @@
 // TOML -> OpSpec, with every error as "file:line:col: message".
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <cctype>
@@ -16,6 +18,11 @@
 #endif
 #define TOML_ASSERT(expr) static_cast<void>(0)
 #define TOML_HEADER_ONLY 1
+// Numbers through std::from_chars, not a std::istringstream: the first float a spec holds
+// (its tolerances) otherwise initialises the iostream locale, 40,000 instructions of the first
+// parse in a process, which is on the path of a whole-process cache hit.
+#define TOML_FLOAT_CHARCONV 1
+#define TOML_INT_CHARCONV 1
 #include <toml++/toml.h>
 #ifdef KILN_RESTORE_NDEBUG
 #define NDEBUG
@@ -262,15 +269,28 @@ class SpecParser {
     if (rel[0] == '/')
       return spec_error(pos_of(where), std::string(what) + " path '" + rel + "' must be relative to the spec's folder");
     std::string abs = absolute_path(m_dir() + "/" + rel);
-    std::error_code ec;
-    std::string real_dir = std::filesystem::weakly_canonical(m_dir(), ec).string();
-    std::string real = std::filesystem::weakly_canonical(abs, ec).string();
-    if (!path_is_within(abs, m_dir()) || (!ec && !path_is_within(real, real_dir)))
+    if (!path_is_within(abs, m_dir()))
+      return spec_error(pos_of(where), std::string(what) + " path '" + rel + "' escapes the spec's folder " + m_dir());
+    // Through symlinks too, for what exists (what does not is reported as missing after this).
+    char real[PATH_MAX];
+    if (::realpath(abs.c_str(), real) && !path_is_within(real, m_real_dir()))
       return spec_error(pos_of(where), std::string(what) + " path '" + rel + "' escapes the spec's folder " + m_dir());
     return abs;
   }
 
-  std::string m_dir() const { return dirname_of(absolute_path(m_path)); }
+  // The spec's folder, and where it really is (symlinks resolved): worked out once per spec.
+  const std::string& m_dir() const {
+    if (m_dir_cache.empty()) m_dir_cache = dirname_of(absolute_path(m_path));
+    return m_dir_cache;
+  }
+  const std::string& m_real_dir() const {
+    if (m_real_dir_cache.empty()) {
+      char real[PATH_MAX];
+      m_real_dir_cache = ::realpath(m_dir().c_str(), real) ? real : m_dir();
+    }
+    return m_real_dir_cache;
+  }
+  mutable std::string m_dir_cache, m_real_dir_cache;
 
   Status parse_sources(const toml::table& root, OpSpec& spec) { return parse_source_list(root, spec.sources); }
 

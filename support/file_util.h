@@ -19,7 +19,8 @@ Status write_file_atomic(const std::string& path, std::string_view bytes, bool d
 // mkdir -p with `mode` for the folders it creates.
 Status make_dirs(const std::string& path, unsigned mode = 0700);
 
-// Lexically normalised absolute path ("a/./b/../c" -> "/cwd/a/c"); no symlinks resolved.
+// Lexically normalised absolute path ("a/./b/../c/" -> "/cwd/a/c"); no symlinks resolved, no
+// trailing slash.
 std::string absolute_path(const std::string& path);
 
 // True when `path` (absolute, normalised) is `root` or lies under it.

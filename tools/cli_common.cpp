@@ -66,9 +66,10 @@ std::string age(int64_t t) {
   return std::to_string(d / 86400) + " d ago";
 }
 
-Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir) {
+Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir, bool with_accelerator) {
   builders::OpsOptions options;
   options.cache_dir = cache_dir;
+  if (!with_accelerator) options.accelerator = "none";
   for (auto& d : args.all("--spec-dir")) options.spec_dirs.push_back(absolute_path(d));
   return builders::Ops::create(options);
 }

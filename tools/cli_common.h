@@ -23,8 +23,10 @@ int usage_error(const std::string& message, const char* help);
 // "3 s ago", "2 h ago", "5 d ago".
 std::string age(int64_t unix_seconds);
 
-// Ops for a command: --spec-dir folders from `args`, the global --cache-dir.
-Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir);
+// Ops for a command: --spec-dir folders from `args`, the global --cache-dir. A command that
+// only builds passes `with_accelerator` false: it starts no accelerator (kiln build).
+Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir,
+                                                bool with_accelerator = true);
 
 // `kiln doctor` (doctor_command.cpp).
 int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_dir);

@@ -106,7 +106,7 @@ int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir
   if (!spec.ok()) return fail(spec.status());
   auto target = builders::parse_target(args->value("--target", "cpu"));
   if (!target.ok()) return fail(target.status());
-  auto ops = make_ops(*args, cache_dir);
+  auto ops = make_ops(*args, cache_dir, /*with_accelerator=*/false);
   if (!ops.ok()) return fail(ops.status());
   auto outcome = (*ops)->build(*spec, *target);
   if (!outcome.ok()) return fail(outcome.status());

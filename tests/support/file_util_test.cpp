@@ -42,6 +42,10 @@ TEST(FileUtilTest, PathContainment) {
   EXPECT_FALSE(path_is_within("/a", "/a/b"));
   EXPECT_EQ(relative_to("/a/b/c/d.h", "/a/b"), "c/d.h");
   EXPECT_EQ(absolute_path("/x/./y/../z"), "/x/z");
+  EXPECT_EQ(absolute_path("/x//y/"), "/x/y");
+  EXPECT_EQ(absolute_path("/x/../.."), "/");
+  EXPECT_EQ(absolute_path("/"), "/");
+  EXPECT_EQ(absolute_path("y/z"), absolute_path(".") + "/y/z");
 }
 
 }  // namespace
