@@ -15,7 +15,7 @@
 //                            arrays: GB/s of each, and the op's fraction of the triad's
 // Bytes are counted as STREAM counts them (2 reads + 1 write per element for add and triad;
 // for the ops, every byte an element must be read or written, in k_ops below).
-// Run: build/bin/kiln_runtime_bench, or tools/bench/run for every figure in the README.
+// Run: build/bin/kiln_runtime_bench, or tools/bench/compare for every figure in the README.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
