@@ -1,8 +1,6 @@
 // One AdamW step, as torch.optim.AdamW (decoupled weight decay) and DeepSpeed's FusedAdam do it,
 // over fp32 parameters with fp32 or bf16 gradients. Each block updates a contiguous slice of the
 // parameter tensor; the loop over it is what Clang vectorises.
-#include <cmath>
-
 #include "kiln_ops/common.h"
 #include "kiln_ops/vector_math.h"
 
@@ -12,8 +10,8 @@ void adamw_step(const kiln::cpu::Block& b, float* __restrict p, const Grad* __re
                 int64_t n) {
   kiln_ops::Range r = kiln_ops::block_range(b, n);
   // Per step, not per element: the bias corrections and the decay factor.
-  const float step_size = lr / (1.f - std::pow(beta1, static_cast<float>(step)));
-  const float bias2_sqrt = std::sqrt(1.f - std::pow(beta2, static_cast<float>(step)));
+  const float step_size = lr / (1.f - __builtin_powf(beta1, static_cast<float>(step)));
+  const float bias2_sqrt = __builtin_sqrtf(1.f - __builtin_powf(beta2, static_cast<float>(step)));
   const float decay = 1.f - lr * weight_decay;
 #pragma omp simd
   for (int64_t i = r.begin; i < r.end; ++i) {
@@ -22,7 +20,7 @@ void adamw_step(const kiln::cpu::Block& b, float* __restrict p, const Grad* __re
     float vi = beta2 * v[i] + (1.f - beta2) * grad * grad;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bias2_sqrt + eps);
+    p[i] = p[i] * decay - step_size * mi / (__builtin_sqrtf(vi) / bias2_sqrt + eps);
   }
 }
 
@@ -30,13 +28,13 @@ void adamw_step(const kiln::cpu::Block& b, float* __restrict p, const Grad* __re
 template <class Grad>
 static void adamw_reference_step(float* p, const Grad* g, float* m, float* v, float lr, float beta1, float beta2, float eps,
                                  float weight_decay, int64_t step, int64_t n) {
-  double bias1 = 1.0 - std::pow(double(beta1), double(step)), bias2 = 1.0 - std::pow(double(beta2), double(step));
+  double bias1 = 1.0 - __builtin_pow(double(beta1), double(step)), bias2 = 1.0 - __builtin_pow(double(beta2), double(step));
   for (int64_t i = 0; i < n; ++i) {
     double grad = static_cast<double>(static_cast<float>(g[i]));
     double mi = beta1 * double(m[i]) + (1.0 - beta1) * grad;
     double vi = beta2 * double(v[i]) + (1.0 - beta2) * grad * grad;
     double pi = double(p[i]) * (1.0 - double(lr) * weight_decay);
-    p[i] = static_cast<float>(pi - lr / bias1 * mi / (std::sqrt(vi) / std::sqrt(bias2) + eps));
+    p[i] = static_cast<float>(pi - lr / bias1 * mi / (__builtin_sqrt(vi) / __builtin_sqrt(bias2) + eps));
     m[i] = static_cast<float>(mi);
     v[i] = static_cast<float>(vi);
   }

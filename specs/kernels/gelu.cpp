@@ -2,8 +2,6 @@
 // bf16 tensors; bf16 computes through float, as PyTorch does. 0.5 x (1 + tanh(u)) is computed
 // as x / (1 + e^(-2u)), the same function with one exponential and one division, and the loop
 // vectorises: the exponential comes from kiln_ops/vector_math.h, not libm.
-#include <cmath>
-
 #include "kiln_ops/common.h"
 #include "kiln_ops/vector_math.h"
 
@@ -23,7 +21,7 @@ template <class T>
 static void gelu_reference_of(const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     double v = static_cast<double>(static_cast<float>(x[i]));
-    y[i] = static_cast<T>(static_cast<float>(0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))));
+    y[i] = static_cast<T>(static_cast<float>(0.5 * v * (1.0 + __builtin_tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))));
   }
 }
 

@@ -1,8 +1,6 @@
 // Layer norm forward over the last dimension, as torch.nn.functional.layer_norm: each row is
 // shifted by its mean, scaled by 1/sqrt(variance + eps), then by gamma, plus beta. One block
 // per row; the mean and the variance are two passes over it (as PyTorch's CPU kernel does).
-#include <cmath>
-
 #include "kiln_ops/common.h"
 
 void layer_norm(const kiln::cpu::Block& b, const float* __restrict x, const float* __restrict gamma,
@@ -18,7 +16,7 @@ void layer_norm(const kiln::cpu::Block& b, const float* __restrict x, const floa
   float squares = 0.f;
 #pragma omp simd reduction(+ : squares)
   for (int64_t c = 0; c < cols; ++c) squares += (in[c] - mean) * (in[c] - mean);
-  const float rstd = 1.f / std::sqrt(squares / static_cast<float>(cols) + eps);
+  const float rstd = 1.f / __builtin_sqrtf(squares / static_cast<float>(cols) + eps);
 #pragma omp simd
   for (int64_t c = 0; c < cols; ++c) out[c] = (in[c] - mean) * rstd * gamma[c] + beta[c];
 }
@@ -31,7 +29,7 @@ void layer_norm_reference(const float* x, const float* gamma, const float* beta,
     for (int64_t c = 0; c < cols; ++c) mean += in[c];
     mean /= double(cols);
     for (int64_t c = 0; c < cols; ++c) var += (in[c] - mean) * (in[c] - mean);
-    double rstd = 1.0 / std::sqrt(var / double(cols) + eps);
+    double rstd = 1.0 / __builtin_sqrt(var / double(cols) + eps);
     for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = static_cast<float>((in[c] - mean) * rstd * gamma[c] + beta[c]);
   }
 }

@@ -81,6 +81,23 @@ TEST_F(KeyTest, ChangedFlagChangesTheKey) {
   EXPECT_NE(after.key, before.key);
 }
 
+// A cpu artifact's key includes every header its compile read. The bundled ops read none of the
+// system's, so nodes with other OS images (a GPU node that cannot compile, say) share them.
+TEST_F(KeyTest, BundledOpsReadNoSystemHeaderSoTheirKeysTravel) {
+  OpsOptions o;
+  o.cache_dir = cache.path();
+  o.spec_dirs = {testing::bundled_spec_dir()};
+  auto ops = Ops::create(o).value();
+  for (const std::string& name : testing::bundled_op_names()) {
+    auto outcome = ops->build(ops->find_spec(name).value(), parse_target("cpu").value());
+    ASSERT_TRUE(outcome.ok() && outcome->success) << name;
+    auto manifest = ops->store()->get_manifest(outcome->input_key).value();
+    ASSERT_TRUE(manifest.has_value()) << name;
+    for (auto& entry : decode_manifest(*manifest).value())
+      EXPECT_TRUE(entry.label.rfind("spec:", 0) == 0 || entry.label.rfind("kiln:", 0) == 0) << name << ": " << entry.label;
+  }
+}
+
 TEST_F(KeyTest, TargetLevelIsInTheKey) {
   auto v2 = build(specs.path(), "cpu:x86-64-v2");
   auto v3 = build(specs.path(), "cpu:x86-64-v3");
