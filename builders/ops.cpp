@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <set>
+#include <thread>
 
 #include "cache/cache_key.h"
 #include "cache/key_lock.h"
@@ -30,6 +31,7 @@ const char* cache_outcome_name(CacheOutcome c) {
   switch (c) {
     case CacheOutcome::kMemory: return "memory";
     case CacheOutcome::kDisk: return "disk";
+    case CacheOutcome::kRemote: return "remote";
     case CacheOutcome::kCompiled: return "compiled";
   }
   return "?";
@@ -48,6 +50,12 @@ Result<runtime::Kernel*> LoadedOp::kernel(std::string_view name) const {
 
 Ops::~Ops() {
   m_pchs.reset();  // waits for PCH builds, which store into m_store
+  if (m_remote) {
+    m_remote->drain();  // publications under way finish (each bounded by the timeouts)
+    if (m_store)
+      for (auto& c : m_remote->take_counters())
+        m_store->count("remote|" + c.tier + "|" + cache::tier_counter_name(c.counter), c.value);
+  }
   if (m_store && m_memory_hits.load()) m_store->count(cache::Counter::kHitsMemory, static_cast<int64_t>(m_memory_hits.load()));
   // Header hashes and toolchain fingerprints learnt by this process, for the next one (a
   // write only when something new was learnt).
@@ -74,16 +82,24 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
       ops->m_spec_dirs.push_back(bundled_spec_dir());
     }
   }
+  std::map<cache::SettingKey, std::string> flags;
+  if (!options.cache_dir.empty()) flags[cache::SettingKey::kCacheDir] = options.cache_dir;
+  if (options.remote) flags[cache::SettingKey::kRemoteTiers] = *options.remote;
+  KILN_ASSIGN_OR_RETURN(ops->m_settings, cache::Settings::load(flags));
+  // A tier list that does not parse is a mistake to hear about now, not on the first miss.
+  KILN_ASSIGN_OR_RETURN(ops->m_tier_configs, cache::parse_tiers(ops->m_settings.get(cache::SettingKey::kRemoteTiers)));
+  KILN_ASSIGN_OR_RETURN(double lock_seconds, ops->m_settings.seconds(cache::SettingKey::kLockTimeout));
+  ops->m_lock_timeout = std::chrono::milliseconds(static_cast<int64_t>(lock_seconds * 1000));
   cache::StoreOptions store_options;
   if (options.max_cache_bytes) {
     store_options.max_bytes = options.max_cache_bytes;
   } else {
-    KILN_ASSIGN_OR_RETURN(store_options.max_bytes, cache::max_bytes_from_env());
+    KILN_ASSIGN_OR_RETURN(store_options.max_bytes, ops->m_settings.max_bytes());
   }
   Ops* self = ops.get();
   store_options.report_damage = [self](const std::string& message) { self->warn_once("damage", message); };
   store_options.report_notice = [self](const std::string& message) { self->warn_once("notice", message); };
-  std::string root = options.cache_dir.empty() ? cache::Store::default_root() : options.cache_dir;
+  std::string root = ops->m_settings.cache_dir();
   double open_start = log_clock_ms();
   auto store = cache::Store::open(root, store_options);
   KILN_LOG_AT(kDebug, "cache", "opened " + root + (store.ok() ? "" : " (failed: " + store.status().message() + ")") + " in " +
@@ -180,9 +196,15 @@ bool Ops::lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out) {
   }
   KILN_LOG_AT(kDebug, "lookup", "op " + spec.name + ": index hit " + key->hex() + ", " + (*hit)->record.kind + " of " +
                                     std::to_string((*hit)->bytes.size()) + " bytes, blob verified");
-  cache::Artifact& a = **hit;
   out.key = *key;
   out.cache = CacheOutcome::kDisk;
+  if (!fill_outcome(**hit, out)) return false;
+  m_store->count(cache::Counter::kHitsDisk);
+  m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>((*hit)->record.compile_ms * 1000));
+  return true;
+}
+
+bool Ops::fill_outcome(cache::Artifact& a, BuildOutcome& out) {
   out.log = a.record.log;
   if (a.record.kind == "compile-error") {
     // A cached failure: the same diagnostics at hit speed, until an input changes.
@@ -198,9 +220,120 @@ bool Ops::lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out) {
     out.artifact = std::move(a.bytes);
     out.kernels = std::move(kernels).value();
   }
-  m_store->count(cache::Counter::kHitsDisk);
-  m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(a.record.compile_ms * 1000));
   return true;
+}
+
+cache::RemoteTiers* Ops::remote() {
+  std::call_once(m_remote_once, [this] {
+    if (m_tier_configs.empty() || !m_store) return;
+    cache::RemoteOptions o;
+    o.tiers = m_tier_configs;
+    auto seconds = [&](cache::SettingKey k, std::chrono::milliseconds& out) -> Status {
+      KILN_ASSIGN_OR_RETURN(double v, m_settings.seconds(k));
+      out = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+      return {};
+    };
+    Status st = seconds(cache::SettingKey::kConnectTimeout, o.connect_timeout);
+    if (st.ok()) st = seconds(cache::SettingKey::kTimeout, o.io_timeout);
+    if (st.ok()) st = seconds(cache::SettingKey::kLease, o.lease);
+    if (st.ok()) st = seconds(cache::SettingKey::kBreaker, o.breaker);
+    if (st.ok()) st = seconds(cache::SettingKey::kWait, m_remote_wait);
+    if (st.ok() && o.lease.count() < 300) st = invalid_argument("remote.lease must be at least 0.3 s");
+    const std::string& secret_file = m_settings.get(cache::SettingKey::kSecretFile);
+    if (st.ok() && !secret_file.empty()) {
+      auto secret = cache::read_secret_file(secret_file);
+      if (secret.ok()) o.secret = std::move(secret).value();
+      else st = secret.status();
+    }
+    o.report = [this](const std::string& kind, const std::string& message) { warn_once("remote " + kind, message); };
+    if (st.ok()) {
+      auto tiers = cache::RemoteTiers::create(std::move(o));
+      if (tiers.ok()) m_remote = std::move(tiers).value();
+      else st = tiers.status();
+    }
+    // A remote that cannot be set up must not stop ops from running: say so, compile here.
+    if (!st.ok()) warn_once("remote-setup", "remote cache tiers are off: " + st.message());
+  });
+  return m_remote.get();
+}
+
+bool Ops::remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote) {
+  std::optional<Hash128> key;
+  std::string manifest_text;
+  remote.fetch(cache::RemoteObject::kManifest, input.key, [&](std::string&& payload) -> Status {
+    KILN_ASSIGN_OR_RETURN(auto manifest, decode_manifest(payload));
+    auto current = rehash_manifest(manifest, spec);
+    if (current) key = artifact_key(input, *current).key;
+    else KILN_LOG_AT(kDebug, "remote", "op " + spec.name + ": a header of the remote manifest is not here: a miss");
+    manifest_text = std::move(payload);
+    return {};
+  });
+  if (!key) return false;
+  out.key = *key;
+  // The artifact may be here already, reached from other inputs: only the manifest was missing.
+  if (auto here = m_store->get(*key); here.ok() && here->has_value()) {
+    (void)m_store->put_manifest(input.key, manifest_text);
+    out.cache = CacheOutcome::kDisk;
+    return fill_outcome(**here, out);
+  }
+  std::optional<cache::Artifact> got;
+  remote.fetch(cache::RemoteObject::kArtifact, *key, [&](std::string&& blob) -> Status {
+    KILN_ASSIGN_OR_RETURN(cache::Artifact a, m_store->import(*key, blob));
+    if (a.record.input_key != input.key)  // the key says so too; a cheap second look
+      return Status(StatusCode::kDataLoss, "the artifact was compiled from other inputs");
+    got = std::move(a);
+    return {};
+  });
+  if (!got) return false;
+  KILN_LOG_AT(kInfo, "remote", "op " + spec.name + ": artifact " + key->hex() + " from a remote tier (" +
+                                   std::to_string(got->bytes.size()) + " bytes, checked" + (remote.signing() ? " and signed)" : ")"));
+  out.cache = CacheOutcome::kRemote;
+  if (!fill_outcome(*got, out)) return false;
+  m_store->count(cache::Counter::kHitsRemote);
+  m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(got->record.compile_ms * 1000));
+  return true;
+}
+
+bool Ops::wait_for_cluster(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote,
+                           std::unique_ptr<cache::RemoteTiers::Lease>& lease) {
+  if (!remote.has_leases()) return false;
+  auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::milliseconds(20);
+  bool said = false;
+  for (;;) {
+    auto taken = remote.take_lease(input.key);
+    if (taken.state == cache::RemoteTiers::LeaseState::kTaken) {
+      lease = std::move(taken.lease);
+      // Whoever held it before may have published and released between our look and now.
+      return remote_lookup(spec, input, out, remote);
+    }
+    if (taken.state == cache::RemoteTiers::LeaseState::kNone) return false;
+    if (std::chrono::steady_clock::now() - start > m_remote_wait) {
+      warn_once("remote-wait", "waited " + std::to_string(m_remote_wait.count() / 1000) + " s for another node compiling op " + spec.name +
+                                   "; compiling here too");
+      return false;
+    }
+    if (!said) {
+      KILN_LOG_AT(kInfo, "remote", "op " + spec.name + ": another node is compiling it; waiting for its artifact");
+      said = true;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 3 / 2, std::chrono::milliseconds(500));
+    if (remote_lookup(spec, input, out, remote)) return true;
+  }
+}
+
+void Ops::publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<cache::RemoteTiers::Lease> lease) {
+  // What the local store now holds, byte for byte: the blob file and the manifest.
+  auto blob = read_file(m_store->blob_path(key));
+  auto manifest = m_store->get_manifest(input_key);
+  if (!blob.ok() || !manifest.ok() || !manifest->has_value()) return;  // the lease goes with this frame
+  std::vector<cache::RemoteTiers::Publication> objects;
+  objects.push_back({cache::RemoteObject::kArtifact, key, std::move(blob).value()});
+  objects.push_back({cache::RemoteObject::kManifest, input_key, std::move(**manifest)});
+  // Released once both are up: a node waiting on the lease then finds them.
+  std::shared_ptr<cache::RemoteTiers::Lease> held(std::move(lease));
+  m_remote->publish(std::move(objects), [held]() mutable { held.reset(); });
 }
 
 Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
@@ -250,13 +383,17 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   // look again. A waiter that times out compiles itself rather than hang.
   std::optional<cache::KeyLock> lock;
   if (m_store) {
-    lock.emplace(cache::KeyLock::acquire(m_store->root(), input.key, cache::lock_timeout_from_env()));
+    lock.emplace(cache::KeyLock::acquire(m_store->root(), input.key, m_lock_timeout));
     // Look again under the lock, whether or not we waited: another process may have stored
     // the artifact and released the lock between our first lookup and our taking it.
     if (lookup(spec, input, out)) return finish();
     if (!lock->held() && lock->waited())
       warn_once("lock-timeout", "waited too long for another process compiling op " + spec.name + "; compiling here too");
   }
+  // Then the cluster: a remote tier may have it, or another node may be compiling it now.
+  std::unique_ptr<cache::RemoteTiers::Lease> lease;
+  cache::RemoteTiers* tiers = m_store ? remote() : nullptr;
+  if (tiers && (remote_lookup(spec, input, out, *tiers) || wait_for_cluster(spec, input, out, *tiers, lease))) return finish();
   if (m_store) m_store->count(cache::Counter::kMisses);
 
   KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, nvrtc ? jit::load_nvrtc_toolchain() : jit::load_clang_toolchain());
@@ -326,6 +463,8 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   if (!stored.ok())
     warn_once("store-write", "the cache in " + m_store->root() + " cannot be written (" + stored.message() +
                                  "); ops still run, compiled into memory only");
+  else if (tiers)
+    publish(record.key, input.key, std::move(lease));
   return finish();
 }
 

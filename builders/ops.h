@@ -12,7 +12,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -24,14 +26,17 @@
 #include "builders/precompiled_headers.h"
 #include "builders/spec.h"
 #include "builders/target.h"
+#include "cache/remote.h"
+#include "cache/settings.h"
 #include "cache/store.h"
 #include "jit/toolchain.h"
 #include "runtime/accelerator.h"
 
 namespace kiln::builders {
 
-enum class CacheOutcome { kMemory, kDisk, kCompiled };
-const char* cache_outcome_name(CacheOutcome c);  // "memory", "disk", "compiled"
+// kRemote: a remote tier had it (it is now in the local store too).
+enum class CacheOutcome { kMemory, kDisk, kRemote, kCompiled };
+const char* cache_outcome_name(CacheOutcome c);  // "memory", "disk", "remote", "compiled"
 
 // What building one op for one target did.
 struct BuildOutcome {
@@ -103,12 +108,14 @@ struct OpsOptions {
   // Folders searched for <op>.toml, first match wins. Empty: $KILN_SPEC_PATH (':'-separated),
   // else the bundled specs/.
   std::vector<std::string> spec_dirs;
-  std::string cache_dir;    // empty: Store::default_root()
+  // Flags: each set one overrides the environment and the config files (cache/settings.h).
+  std::string cache_dir;    // empty: the cache_dir setting
+  std::optional<std::string> remote;  // the tier list; "" = no remote tiers
   // Empty: KILN_ACCELERATOR or auto-detect. "none": no accelerator at all, for a process that
   // only builds (kiln build, kiln warm): then get(), create_op_builder() with no target and
   // accelerator() must not be called.
   std::string accelerator;
-  uint64_t max_cache_bytes = 0;  // 0: KILN_CACHE_MAX_SIZE, else 5 GiB
+  uint64_t max_cache_bytes = 0;  // 0: the max_size setting (KILN_CACHE_MAX_SIZE, config, 5 GiB)
 };
 
 class Ops {
@@ -140,6 +147,10 @@ class Ops {
   runtime::Accelerator& accelerator() { return *m_accelerator; }
   // Null when the cache could not be opened (ops then compile into memory).
   cache::Store* store() { return m_store.get(); }
+  // The remote tiers, made on first use (they read credential files); null when none are
+  // configured, or when they could not be set up (said once on stderr).
+  cache::RemoteTiers* remote();
+  const cache::Settings& settings() const { return m_settings; }
   // Compiles run by this Ops (for tests and statistics).
   uint64_t compile_count() const { return m_compiles.load(); }
   // Blocks until background work (precompiled headers being built) is done and stored; the
@@ -157,6 +168,19 @@ class Ops {
   std::optional<Hash128> artifact_key_from_manifest(const OpSpec& spec, const KeyParts& input);
   // Fills `out` from the cache (an artifact or a cached failure); false on a miss.
   bool lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out);
+  // The same from the remote tiers: the manifest of `input`, the artifact key from the local
+  // headers, then the artifact, checked and stored locally. False on a miss.
+  bool remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote);
+  // An artifact or a cached failure into `out`; false when its metadata does not decode.
+  bool fill_outcome(cache::Artifact& artifact, BuildOutcome& out);
+  // Waits while another node compiles `input` (its lease), looking for its result; returns
+  // true when it arrived (in `out`). Otherwise `lease` holds ours, or nothing (no lease tier,
+  // no answer, or waited too long): compile.
+  bool wait_for_cluster(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote,
+                        std::unique_ptr<cache::RemoteTiers::Lease>& lease);
+  // Queues the stored artifact and its manifest for the writable tiers; `lease` is released
+  // once they are up.
+  void publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<cache::RemoteTiers::Lease> lease);
   // Prints `message` the first time a warning of this `kind` comes up in this Ops.
   void warn_once(const std::string& kind, const std::string& message);
 
@@ -177,7 +201,13 @@ class Ops {
   };
 
   std::vector<std::string> m_spec_dirs;
+  cache::Settings m_settings;
   std::unique_ptr<cache::Store> m_store;
+  std::vector<cache::TierConfig> m_tier_configs;
+  std::once_flag m_remote_once;
+  std::unique_ptr<cache::RemoteTiers> m_remote;
+  std::chrono::milliseconds m_remote_wait{300000};
+  std::chrono::milliseconds m_lock_timeout{300000};
   std::unique_ptr<PrecompiledHeaders> m_pchs;  // after m_store: its background builds use it
   runtime::Accelerator* m_accelerator = nullptr;
   std::mutex m_mutex;

@@ -8,26 +8,7 @@
 #include <filesystem>
 #include <set>
 
-// toml++ 3.3 turns its internal assertions into __builtin_assume under NDEBUG with clang;
-// an invalid key in a table header ("[[#") then dereferences garbage (found by
-// tests/fuzz/spec_fuzzer). Keep its assertions as plain no-ops instead, so the parser's
-// own error path runs whichever compiler builds kiln.
-#ifdef NDEBUG
-#undef NDEBUG
-#define KILN_RESTORE_NDEBUG
-#endif
-#define TOML_ASSERT(expr) static_cast<void>(0)
-#define TOML_HEADER_ONLY 1
-// Numbers through std::from_chars, not a std::istringstream: the first float a spec holds
-// (its tolerances) otherwise initialises the iostream locale, 40,000 instructions of the first
-// parse in a process, which is on the path of a whole-process cache hit.
-#define TOML_FLOAT_CHARCONV 1
-#define TOML_INT_CHARCONV 1
-#include <toml++/toml.h>
-#ifdef KILN_RESTORE_NDEBUG
-#define NDEBUG
-#undef KILN_RESTORE_NDEBUG
-#endif
+#include "support/toml.h"
 
 #include "builders/expr.h"
 #include "builders/spec.h"
@@ -120,44 +101,12 @@ bool is_identifier(std::string_view s) {
   return true;
 }
 
-// toml++ 3.3 (Debian 12) has bugs that hostile input reaches, found by
-// tests/fuzz/spec_fuzzer: a NUL inside a table header dereferences null, and many non-ASCII
-// characters (U+00A1..U+0499 among them) reach __builtin_unreachable() in its whitespace
-// tables, from more places than a pre-scan can model (after a value, after a backslash,
-// in error paths). So a spec is ASCII: anything else is refused here, with its position,
-// before the parser sees it. Strings can still hold any character through \uXXXX escapes.
-Status reject_what_toml_plus_plus_mishandles(const std::string& text, const std::string& path) {
-  uint32_t line = 1, column = 1;
-  for (char c : text) {
-    auto byte = static_cast<unsigned char>(c);
-    if (byte == 0 || byte >= 0x80) {
-      std::string what = byte == 0 ? "a NUL byte is not allowed in a spec"
-                                   : "a spec must be ASCII (write other characters in strings as \\uXXXX escapes)";
-      return spec_error({path, line, column}, "invalid TOML: " + what);
-    }
-    if (c == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return {};
-}
-
 class SpecParser {
  public:
   SpecParser(std::string path) : m_path(std::move(path)) {}
 
   Result<OpSpec> parse(const std::string& text) {
-    KILN_RETURN_IF_ERROR(reject_what_toml_plus_plus_mishandles(text, m_path));
-    toml::table root;
-    try {
-      root = toml::parse(text, m_path);
-    } catch (const toml::parse_error& e) {
-      SourcePos pos{m_path, e.source().begin.line, e.source().begin.column};
-      return spec_error(pos, "invalid TOML: " + std::string(e.description()));
-    }
+    KILN_ASSIGN_OR_RETURN(toml::table root, parse_toml(text, m_path, "a spec"));
     OpSpec spec;
     spec.spec_path = m_path;
     spec.spec_dir = dirname_of(m_path);

@@ -125,6 +125,11 @@ Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata) {
   return out;
 }
 
+Hash128 blob_content_hash(std::string_view file) {
+  if (file.size() < k_blob_header_size) return {};
+  return get_hash(file, 32);
+}
+
 uint32_t blob_format_version(std::string_view file) {
   if (file.size() < 12 || std::memcmp(file.data(), k_magic, sizeof k_magic) != 0) return 0;
   return static_cast<uint32_t>(get(file, 8, 4));

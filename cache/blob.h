@@ -50,4 +50,7 @@ struct DecodedBlob {
 // fields from the index; verify and rebuild_index check it).
 Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata = true);
 
+// The hash of the raw content a blob's header records (check the blob with decode_blob first).
+Hash128 blob_content_hash(std::string_view file);
+
 }  // namespace kiln::cache

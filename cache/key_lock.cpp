@@ -12,14 +12,6 @@
 
 namespace kiln::cache {
 
-std::chrono::milliseconds lock_timeout_from_env() {
-  if (const char* env = std::getenv("KILN_LOCK_TIMEOUT"); env && *env) {
-    double s = std::atof(env);
-    if (s >= 0) return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-  }
-  return std::chrono::seconds(300);
-}
-
 KeyLock KeyLock::acquire(const std::string& root, const Hash128& key, std::chrono::milliseconds timeout) {
   KeyLock lock;
   std::string dir = root + "/locks";

@@ -31,7 +31,4 @@ class KeyLock {
   bool m_waited = false;
 };
 
-// KILN_LOCK_TIMEOUT (seconds) or 300 s: longer than any sane compile, shorter than forever.
-std::chrono::milliseconds lock_timeout_from_env();
-
 }  // namespace kiln::cache

@@ -96,6 +96,7 @@ const char* counter_name(Counter c) {
   switch (c) {
     case Counter::kHitsMemory: return "hits_memory";
     case Counter::kHitsDisk: return "hits_disk";
+    case Counter::kHitsRemote: return "hits_remote";
     case Counter::kMisses: return "misses";
     case Counter::kCompiles: return "compiles";
     case Counter::kCompileUsSpent: return "compile_us_spent";
@@ -105,21 +106,6 @@ const char* counter_name(Counter c) {
     case Counter::kCount: break;
   }
   return "?";
-}
-
-Result<uint64_t> max_bytes_from_env() {
-  const char* env = std::getenv("KILN_CACHE_MAX_SIZE");
-  if (!env || !*env) return StoreOptions{}.max_bytes;
-  auto v = parse_size(env);
-  if (!v.ok()) return invalid_argument("KILN_CACHE_MAX_SIZE: " + v.status().message());
-  return v;
-}
-
-std::string Store::default_root() {
-  if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/kiln";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/kiln";
 }
 
 static bool is_corruption(int code) {
@@ -260,7 +246,7 @@ Status Store::migrate(int from) {
           std::memcpy(r.input_key.bytes.data(), sqlite3_column_blob(m, 0), 16);
           auto* body = static_cast<const char*>(sqlite3_column_blob(m, 1));
           r.manifest.assign(body ? body : "", static_cast<size_t>(sqlite3_column_bytes(m, 1)));
-          st = write_manifest(r);
+          st = write_manifest(r.input_key, r.manifest, true);
         }
       }
       sqlite3_finalize(m);
@@ -400,21 +386,38 @@ Status Store::put(const ArtifactRecord& r, std::string_view bytes) {
   ArtifactRecord record = r;
   record.size = bytes.size();
   if (!record.created) record.created = now_seconds();
+  EncodedBlob blob = encode_blob(bytes, encode_record(record));
   std::lock_guard lock(m_mutex);
+  return publish_locked(record, blob.bytes, blob.content_hash, /*durable=*/true);
+}
+
+Result<Artifact> Store::import(const Hash128& key, std::string_view file) {
+  // Everything the hit path checks, and more, before anything is written: both hashes, the
+  // metadata, and that the blob is the artifact asked for.
+  KILN_ASSIGN_OR_RETURN(DecodedBlob decoded, decode_blob(file, /*with_metadata=*/true));
+  KILN_ASSIGN_OR_RETURN(ArtifactRecord record, decode_record(decoded.metadata));
+  if (record.key != key) return Status(StatusCode::kDataLoss, "the blob holds artifact " + record.key.hex() + ", not " + key.hex());
+  if (record.size != decoded.content.size()) return Status(StatusCode::kDataLoss, "the blob's metadata disagrees with its size");
+  std::lock_guard lock(m_mutex);
+  // Not fsynced: the remote still has it, and a blob torn by a crash fails its hash (a miss).
+  KILN_RETURN_IF_ERROR(publish_locked(record, file, blob_content_hash(file), /*durable=*/false));
+  return Artifact{std::move(record), std::move(decoded.content)};
+}
+
+Status Store::publish_locked(const ArtifactRecord& record, std::string_view file, const Hash128& content_hash, bool durable) {
   // A cache whose index this kiln cannot use (a newer one) is not written: its index would not
   // know what was added.
   KILN_RETURN_IF_ERROR(ensure_index_locked());
-  EncodedBlob blob = encode_blob(bytes, encode_record(record));
-  std::string path = blob_path(r.key);
+  std::string path = blob_path(record.key);
   KILN_RETURN_IF_ERROR(make_dirs(dirname_of(path), 0700));
-  KILN_RETURN_IF_ERROR(write_file_atomic(path, blob.bytes));
+  KILN_RETURN_IF_ERROR(write_file_atomic(path, file, durable));
   // Then the manifest that leads to it (a failure keeps none: the last compile's headers).
-  if (!record.manifest.empty() || record.kind != "compile-error") KILN_RETURN_IF_ERROR(write_manifest(record));
+  if (!record.manifest.empty() || record.kind != "compile-error") KILN_RETURN_IF_ERROR(write_manifest(record.input_key, record.manifest, durable));
 
   KILN_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
   // The file at `path` is already the new blob: drop only the old row, if any.
-  Status st = remove_locked(r.key, /*unlink_blob=*/false);
-  if (st.ok()) st = insert_locked(record, blob.bytes.size(), blob.content_hash);
+  Status st = remove_locked(record.key, /*unlink_blob=*/false);
+  if (st.ok()) st = insert_locked(record, file.size(), content_hash);
   if (st.ok()) st = fold_usage_locked(/*in_transaction=*/true);
   if (!st.ok()) {
     (void)exec("ROLLBACK");
@@ -441,15 +444,25 @@ Result<std::optional<std::string>> Store::get_manifest(const Hash128& input_key)
   return std::optional<std::string>(std::string(text.substr(k_manifest_header.size())));
 }
 
-Status Store::write_manifest(const ArtifactRecord& r) {
-  std::string path = manifest_path(r.input_key);
+Status Store::write_manifest(const Hash128& input_key, std::string_view manifest, bool durable) {
+  std::string path = manifest_path(input_key);
   KILN_RETURN_IF_ERROR(make_dirs(dirname_of(path), 0700));
-  return write_file_atomic(path, std::string(k_manifest_header) + r.manifest);
+  return write_file_atomic(path, std::string(k_manifest_header) + std::string(manifest), durable);
+}
+
+Status Store::put_manifest(const Hash128& input_key, std::string_view manifest) {
+  return write_manifest(input_key, manifest, /*durable=*/false);
 }
 
 void Store::count(Counter c, int64_t delta) {
   std::lock_guard lock(m_mutex);
   m_pending_counters[static_cast<size_t>(c)] += delta;
+}
+
+void Store::count(const std::string& name, int64_t delta) {
+  if (name.empty() || name.size() > 500 || name.find_first_of(" \t\n") != std::string::npos) return;
+  std::lock_guard lock(m_mutex);
+  m_pending_named[name] += delta;
 }
 
 Status Store::flush_usage() {
@@ -458,7 +471,7 @@ Status Store::flush_usage() {
 }
 
 Status Store::flush_locked() {
-  bool counters = false;
+  bool counters = !m_pending_named.empty();
   for (auto v : m_pending_counters) counters = counters || v != 0;
   if (m_pending_hits.empty() && !counters) return {};
   // One line per key or counter, appended in one write: lines of several processes never mix
@@ -468,6 +481,8 @@ Status Store::flush_locked() {
   for (auto& [key, hits] : m_pending_hits) lines += "H " + key.hex() + " " + std::to_string(hits) + " " + now + "\n";
   for (size_t i = 0; i < m_pending_counters.size(); ++i)
     if (m_pending_counters[i]) lines += std::string("C ") + counter_name(static_cast<Counter>(i)) + " " + std::to_string(m_pending_counters[i]) + "\n";
+  for (auto& [name, delta] : m_pending_named)
+    if (delta) lines += "C " + name + " " + std::to_string(delta) + "\n";
   int fd = ::open((m_root + "/" + k_usage_journal).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return errno_status("open the usage journal in " + m_root, errno);
   ssize_t n = ::write(fd, lines.data(), lines.size());
@@ -475,6 +490,7 @@ Status Store::flush_locked() {
   if (n != static_cast<ssize_t>(lines.size())) return io_error("cannot append to the usage journal in " + m_root);
   m_pending_hits.clear();
   m_pending_counters.fill(0);
+  m_pending_named.clear();
   return {};
 }
 
@@ -509,9 +525,9 @@ Status Store::fold_usage_locked(bool in_transaction) {
       std::string line(all.substr(0, nl));
       all.remove_prefix(nl + 1);
       char kind = 0;
-      char name[64];
+      char name[512];
       long long count = 0, when = 0;
-      if (std::sscanf(line.c_str(), "%c %63s %lld %lld", &kind, name, &count, &when) < 3) continue;
+      if (std::sscanf(line.c_str(), "%c %511s %lld %lld", &kind, name, &count, &when) < 3) continue;
       if (kind == 'H') {
         auto key = Hash128::from_hex(name);
         if (!key || !h) continue;

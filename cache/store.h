@@ -72,7 +72,7 @@ struct Artifact {
 };
 
 // Counters kept in the index, added to in memory and written in batches.
-enum class Counter { kHitsMemory, kHitsDisk, kMisses, kCompiles, kCompileUsSpent, kCompileUsSaved, kEvictions, kRepairs, kCount };
+enum class Counter { kHitsMemory, kHitsDisk, kHitsRemote, kMisses, kCompiles, kCompileUsSpent, kCompileUsSaved, kEvictions, kRepairs, kCount };
 const char* counter_name(Counter c);  // "hits_memory", ...
 
 struct StoreOptions {
@@ -86,8 +86,6 @@ struct StoreOptions {
   std::function<void(const std::string&)> report_notice;
 };
 
-// KILN_CACHE_MAX_SIZE ("5G", "512M") when set and valid, else the default.
-Result<uint64_t> max_bytes_from_env();
 
 struct Statistics {
   std::map<std::string, int64_t> counters;  // every Counter by name
@@ -109,8 +107,6 @@ struct VerifyReport {
 
 class Store {
  public:
-  // $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
-  static std::string default_root();
   // Creates the folder (mode 0700) if needed. The index is opened on first use: then an older
   // one migrates, a corrupt one is set aside and rebuilt (notice() says so), and one from a
   // newer kiln is left as it is, writes and queries answering kUnavailable (lookups of what
@@ -128,11 +124,21 @@ class Store {
   // Publishes the blob, then in one transaction the index row and the input key's
   // manifest; then evicts if the store is past its cap. Storing a key again replaces it.
   Status put(const ArtifactRecord& record, std::string_view bytes);
+  // Stores a blob file as it came from elsewhere (a remote tier) once it passes every check a
+  // hit makes and more: both hashes, its metadata, and that it is the artifact `key` (a
+  // swapped blob is kDataLoss). Its manifest and index row follow as in put(). Returns the
+  // artifact, so the caller need not read it back.
+  Result<Artifact> import(const Hash128& key, std::string_view blob_file);
   Result<std::optional<std::string>> get_manifest(const Hash128& input_key);
+  // Writes the manifest of `input_key` alone (its artifact is already here).
+  Status put_manifest(const Hash128& input_key, std::string_view manifest);
   // The index row alone (no blob read, no hit recorded).
   Result<std::optional<ArtifactRecord>> record(const Hash128& key);
 
   void count(Counter c, int64_t delta = 1);
+  // A counter by name (no whitespace, at most 500 bytes), kept beside the fixed ones: the
+  // remote tiers' figures ("remote|<tier>|hits").
+  void count(const std::string& name, int64_t delta);
   // Appends pending hit counts, "last used" and counters to the usage journal (also done on
   // destruction); the next write to the index folds them in.
   Status flush_usage();
@@ -167,7 +173,9 @@ class Store {
   Status exec(const char* sql);
   sqlite3_stmt* prepare(const char* sql);
   Status insert_locked(const ArtifactRecord& r, uint64_t stored_size, const Hash128& content_hash);
-  Status write_manifest(const ArtifactRecord& r);
+  Status write_manifest(const Hash128& input_key, std::string_view manifest, bool durable);
+  // Writes a whole blob file, its manifest and its index row (the caller holds m_mutex).
+  Status publish_locked(const ArtifactRecord& record, std::string_view file, const Hash128& content_hash, bool durable);
   Result<uint64_t> rebuild_index_locked();
   Status remove_locked(const Hash128& key, bool unlink_blob);
   Status flush_locked();
@@ -184,6 +192,7 @@ class Store {
   std::unordered_map<std::string, sqlite3_stmt*> m_statements;
   std::unordered_map<Hash128, uint64_t, Hash128Hasher> m_pending_hits;
   std::array<int64_t, static_cast<size_t>(Counter::kCount)> m_pending_counters{};
+  std::map<std::string, int64_t> m_pending_named;
   bool m_damage_reported = false;
 };
 

@@ -1,5 +1,7 @@
 // `kiln cache`: look into the artifact cache and look after it.
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <iostream>
 
 #include "builders/explain.h"
@@ -14,12 +16,13 @@ const char* const k_cache_help = R"(usage: kiln cache <command> [options]
 
 commands:
   stats                     counters (hits per tier, misses, compiles, compile time spent and
-                            saved, evictions, repairs) and the size of the cache
+                            saved, evictions, repairs), the size of the cache, and for each
+                            remote tier its hits, misses, errors, rejected objects, bytes, time
   ls [--op NAME] [--target T]
                             the stored artifacts (and cached compile errors)
   show KEY                  one entry by key or unique key prefix, with its compiler log
   gc [--max-size SIZE]      evict least recently used entries down to SIZE (default: the cap,
-                            KILN_CACHE_MAX_SIZE or 5G), remove stale temporaries and orphans
+                            the max_size setting or 5G), remove stale temporaries and orphans
   verify                    read and check every entry; damaged ones are removed (exit 1 if any)
   clear                     remove every entry
   explain SPEC [--target T] why is this op not a hit? names what differs from the nearest entry
@@ -29,11 +32,12 @@ Every command takes --json. Sizes take units: 512M, 5G.
 
 namespace {
 
-Result<std::unique_ptr<cache::Store>> open_store(const std::string& cache_dir) {
+Result<std::unique_ptr<cache::Store>> open_store(const GlobalOptions& global) {
+  KILN_ASSIGN_OR_RETURN(cache::Settings settings, global.settings());
   cache::StoreOptions options;
-  KILN_ASSIGN_OR_RETURN(options.max_bytes, cache::max_bytes_from_env());
+  KILN_ASSIGN_OR_RETURN(options.max_bytes, settings.max_bytes());
   options.report_damage = [](const std::string& message) { std::cerr << "kiln: warning: " << message << "\n"; };
-  auto store = cache::Store::open(cache_dir.empty() ? cache::Store::default_root() : cache_dir, options);
+  auto store = cache::Store::open(settings.cache_dir(), options);
   if (store.ok() && !store.value()->notice().empty()) std::cerr << "kiln: warning: " << store.value()->notice() << "\n";
   return store;
 }
@@ -57,19 +61,40 @@ std::string record_json(const cache::ArtifactRecord& r, bool full) {
   return out + "}";
 }
 
+// The remote tiers' counters ("remote|<tier>|<counter>") by tier, in the order first seen.
+std::vector<std::pair<std::string, std::map<std::string, int64_t>>> tier_counters(const std::map<std::string, int64_t>& counters) {
+  std::vector<std::pair<std::string, std::map<std::string, int64_t>>> out;
+  for (auto& [name, value] : counters) {
+    if (name.rfind("remote|", 0) != 0) continue;
+    size_t bar = name.rfind('|');
+    std::string tier = name.substr(7, bar - 7), counter = name.substr(bar + 1);
+    auto it = std::find_if(out.begin(), out.end(), [&](auto& p) { return p.first == tier; });
+    if (it == out.end()) it = out.insert(out.end(), {tier, {}});
+    it->second[counter] = value;
+  }
+  return out;
+}
+
 int stats(const ParsedArgs& args, cache::Store& store) {
   auto s = store.statistics();
   if (!s.ok()) return fail(s.status());
   auto c = s->counters;
-  int64_t hits = c["hits_memory"] + c["hits_disk"];
+  int64_t hits = c["hits_memory"] + c["hits_disk"] + c["hits_remote"];
+  auto tiers = tier_counters(c);
   if (args.has("--json")) {
     std::cout << "{\"hits\":" << hits << ",\"misses\":" << c["misses"] << ",\"compiles\":" << c["compiles"]
               << ",\"evictions\":" << c["evictions"] << ",\"repairs\":" << c["repairs"] << ",\"bytes\":" << s->bytes
-              << ",\"hits_memory\":" << c["hits_memory"] << ",\"hits_disk\":" << c["hits_disk"]
+              << ",\"hits_memory\":" << c["hits_memory"] << ",\"hits_disk\":" << c["hits_disk"] << ",\"hits_remote\":" << c["hits_remote"]
               << ",\"compile_ms_spent\":" << fixed(c["compile_us_spent"] / 1000.0, 3)
               << ",\"compile_ms_saved\":" << fixed(c["compile_us_saved"] / 1000.0, 3) << ",\"artifacts\":" << s->artifacts
               << ",\"raw_bytes\":" << s->raw_bytes << ",\"max_bytes\":" << s->max_bytes << ",\"root\":" << json_string(store.root())
-              << "}\n";
+              << ",\"remote_tiers\":[";
+    for (size_t i = 0; i < tiers.size(); ++i) {
+      std::cout << (i ? "," : "") << "{\"tier\":" << json_string(tiers[i].first);
+      for (auto& [name, value] : tiers[i].second) std::cout << "," << json_string(name) << ":" << value;
+      std::cout << "}";
+    }
+    std::cout << "]}\n";
     return 0;
   }
   double ratio = s->bytes ? static_cast<double>(s->raw_bytes) / static_cast<double>(s->bytes) : 0;
@@ -77,13 +102,22 @@ int stats(const ParsedArgs& args, cache::Store& store) {
             << "artifacts           " << s->artifacts << "\n"
             << "size                " << human_size(s->bytes) << " of " << human_size(s->max_bytes) << " ("
             << human_size(s->raw_bytes) << " before compression, " << fixed(ratio, 2) << "x)\n"
-            << "hits                " << hits << " (memory " << c["hits_memory"] << ", disk " << c["hits_disk"] << ")\n"
+            << "hits                " << hits << " (memory " << c["hits_memory"] << ", disk " << c["hits_disk"] << ", remote "
+            << c["hits_remote"] << ")\n"
             << "misses              " << c["misses"] << "\n"
             << "compiles            " << c["compiles"] << "\n"
             << "compile time spent  " << fixed(c["compile_us_spent"] / 1e6, 2) << " s\n"
             << "compile time saved  " << fixed(c["compile_us_saved"] / 1e6, 2) << " s\n"
             << "evictions           " << c["evictions"] << "\n"
             << "repairs             " << c["repairs"] << "\n";
+  for (auto& [tier, t] : tiers) {
+    auto get = [&](const char* n) { auto it = t.find(n); return it == t.end() ? int64_t{0} : it->second; };
+    std::cout << "remote " << tier << "\n"
+              << "  hits " << get("hits") << ", misses " << get("misses") << ", errors " << get("errors") << ", rejected "
+              << get("rejected") << ", skipped " << get("skipped") << "\n"
+              << "  received " << human_size(static_cast<uint64_t>(get("bytes_in"))) << ", published " << get("published") << " ("
+              << human_size(static_cast<uint64_t>(get("bytes_out"))) << "), time " << fixed(get("us") / 1e6, 2) << " s\n";
+  }
   return 0;
 }
 
@@ -171,9 +205,9 @@ int clear(const ParsedArgs& args, cache::Store& store) {
   return 0;
 }
 
-int explain(const ParsedArgs& args, const std::string& cache_dir) {
+int explain(const ParsedArgs& args, const GlobalOptions& global) {
   if (args.positional.size() != 2) return usage_error("cache explain takes one spec file or op name", k_cache_help);
-  auto ops = make_ops(args, cache_dir);
+  auto ops = make_ops(args, global);
   if (!ops.ok()) return fail(ops.status());
   std::string what = args.positional[1];
   auto spec = what.find('/') != std::string::npos || (what.size() > 5 && what.compare(what.size() - 5, 5, ".toml") == 0)
@@ -217,7 +251,7 @@ int explain(const ParsedArgs& args, const std::string& cache_dir) {
 
 }  // namespace
 
-int cmd_cache(const std::vector<std::string>& argv, const std::string& cache_dir) {
+int cmd_cache(const std::vector<std::string>& argv, const GlobalOptions& global) {
   auto args = parse_args(argv, {"--op", "--target", "--max-size", "--spec-dir"}, {"--json", "--help", "-h"});
   if (!args.ok()) return usage_error(args.status().message(), k_cache_help);
   if (args->has("--help") || args->has("-h") || args->positional.empty()) {
@@ -225,11 +259,11 @@ int cmd_cache(const std::vector<std::string>& argv, const std::string& cache_dir
     return args->positional.empty() && !args->has("--help") && !args->has("-h") ? 2 : 0;
   }
   const std::string& sub = args->positional[0];
-  if (sub == "explain") return explain(*args, cache_dir);
+  if (sub == "explain") return explain(*args, global);
   if (sub != "stats" && sub != "ls" && sub != "show" && sub != "gc" && sub != "verify" && sub != "clear")
     return usage_error("unknown cache command '" + sub + "'", k_cache_help);
   if (sub != "show" && args->positional.size() != 1) return usage_error("cache " + sub + " takes no arguments", k_cache_help);
-  auto store = open_store(cache_dir);
+  auto store = open_store(global);
   if (!store.ok()) return fail(store.status());
   if (sub == "stats") return stats(*args, **store);
   if (sub == "ls") return ls(*args, **store);

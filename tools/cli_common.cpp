@@ -66,9 +66,17 @@ std::string age(int64_t t) {
   return std::to_string(d / 86400) + " d ago";
 }
 
-Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir, bool with_accelerator) {
+Result<cache::Settings> GlobalOptions::settings() const {
+  std::map<cache::SettingKey, std::string> flags;
+  if (!cache_dir.empty()) flags[cache::SettingKey::kCacheDir] = cache_dir;
+  if (remote) flags[cache::SettingKey::kRemoteTiers] = *remote;
+  return cache::Settings::load(flags);
+}
+
+Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const GlobalOptions& global, bool with_accelerator) {
   builders::OpsOptions options;
-  options.cache_dir = cache_dir;
+  options.cache_dir = global.cache_dir;
+  options.remote = global.remote;
   if (!with_accelerator) options.accelerator = "none";
   for (auto& d : args.all("--spec-dir")) options.spec_dirs.push_back(absolute_path(d));
   return builders::Ops::create(options);

@@ -2,15 +2,25 @@
 // (exit 1 when the work failed, 2 for bad usage, messages on stderr).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "builders/ops.h"
+#include "cache/settings.h"
 #include "support/status.h"
 #include "tools/cli_args.h"
 
 namespace kiln::tools {
+
+// The options before the command: `kiln --cache-dir D --remote R build ...`.
+struct GlobalOptions {
+  std::string cache_dir;              // empty: the cache_dir setting
+  std::optional<std::string> remote;  // --remote: the tier list ("" = none)
+  // The settings with these flags on top (cache/settings.h).
+  Result<cache::Settings> settings() const;
+};
 
 std::string json_string(std::string_view s);
 std::string fixed(double v, int digits = 1);
@@ -25,14 +35,17 @@ std::string age(int64_t unix_seconds);
 
 // Ops for a command: --spec-dir folders from `args`, the global --cache-dir. A command that
 // only builds passes `with_accelerator` false: it starts no accelerator (kiln build).
-Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const std::string& cache_dir,
+Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const GlobalOptions& global,
                                                 bool with_accelerator = true);
 
 // `kiln doctor` (doctor_command.cpp).
-int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_dir);
+int cmd_doctor(const std::vector<std::string>& argv, const GlobalOptions& global);
+
+// `kiln config` (config_command.cpp).
+int cmd_config(const std::vector<std::string>& argv, const GlobalOptions& global);
 
 // `kiln cache ...` (cache_command.cpp).
-int cmd_cache(const std::vector<std::string>& argv, const std::string& cache_dir);
+int cmd_cache(const std::vector<std::string>& argv, const GlobalOptions& global);
 extern const char* const k_cache_help;
 
 }  // namespace kiln::tools

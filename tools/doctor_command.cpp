@@ -67,7 +67,7 @@ std::string json_bool(bool b) { return b ? "true" : "false"; }
 
 }  // namespace
 
-int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_dir) {
+int cmd_doctor(const std::vector<std::string>& argv, const GlobalOptions& global) {
   auto args = parse_args(argv, {"--target", "--spec-dir"}, {"--json", "--help", "-h"});
   if (!args.ok()) return usage_error(args.status().message(), k_doctor_help);
   if (args->has("--help") || args->has("-h")) return std::cout << k_doctor_help, 0;
@@ -108,7 +108,8 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
 
   // Cache and ops.
   builders::OpsOptions options;
-  options.cache_dir = cache_dir;
+  options.cache_dir = global.cache_dir;
+  options.remote = global.remote;
   for (auto& d : args->all("--spec-dir")) options.spec_dirs.push_back(d);
   auto ops = builders::Ops::create(options);
   // A chosen accelerator that does not exist (a typo in KILN_ACCELERATOR) should not hide the
@@ -118,7 +119,16 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
     options.accelerator = accelerators[i].info.name;
     ops = builders::Ops::create(options);
   }
-  std::string cache_root = cache_dir.empty() ? cache::Store::default_root() : cache_dir;
+  auto settings = global.settings();
+  std::string cache_root = settings.ok() ? settings->cache_dir() : "(" + settings.status().message() + ")";
+  // Each remote tier's endpoints, one round trip each (the only thing doctor sends anywhere).
+  std::vector<cache::RemoteTiers::EndpointReport> tier_rows;
+  std::string remote_problem;
+  if (ops.ok() && !(*ops)->settings().get(cache::SettingKey::kRemoteTiers).empty()) {
+    if (auto* remote = (*ops)->remote()) tier_rows = remote->ping_all();
+    else remote_problem = "the remote tiers could not be set up (see the warning above)";
+  }
+  std::string secret_file = ops.ok() ? (*ops)->settings().get(cache::SettingKey::kSecretFile) : "";
   std::optional<cache::Statistics> stats;
   std::string cache_problem;
   std::vector<OpRow> op_rows;
@@ -200,7 +210,18 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
     if (stats)
       o << ",\"bytes\":" << stats->bytes << ",\"artifacts\":" << stats->artifacts << ",\"max_bytes\":" << stats->max_bytes;
     if (!cache_problem.empty()) o << ",\"problem\":" << json_string(cache_problem);
-    o << ",\"remote_tiers\":[]},\"targets\":[";
+    o << ",\"remote_tiers\":[";
+    for (size_t i = 0; i < tier_rows.size(); ++i) {
+      auto& t = tier_rows[i];
+      o << (i ? "," : "") << "{\"tier\":" << json_string(t.tier) << ",\"endpoint\":" << json_string(t.endpoint)
+        << ",\"read_only\":" << json_bool(t.read_only) << ",\"answers\":" << json_bool(t.status.ok())
+        << ",\"rtt_ms\":" << fixed(t.rtt_ms, 3);
+      if (!t.status.ok()) o << ",\"error\":" << json_string(t.status.message());
+      o << "}";
+    }
+    o << "],\"signed\":" << json_bool(!secret_file.empty());
+    if (!remote_problem.empty()) o << ",\"remote_problem\":" << json_string(remote_problem);
+    o << "},\"targets\":[";
     for (size_t i = 0; i < targets.size(); ++i) o << (i ? "," : "") << json_string(targets[i]);
     o << "],\"ops\":[";
     for (size_t i = 0; i < op_rows.size(); ++i) {
@@ -241,7 +262,14 @@ int cmd_doctor(const std::vector<std::string>& argv, const std::string& cache_di
     std::cout << "  size: " << human_size(stats->bytes) << " in " << stats->artifacts << " artifacts (limit "
               << human_size(stats->max_bytes) << ")\n";
   if (!cache_problem.empty()) std::cout << "  problem: " << cache_problem << "\n";
-  std::cout << "  remote tiers: none configured\n";
+  if (tier_rows.empty() && remote_problem.empty()) std::cout << "  remote tiers: none configured\n";
+  else std::cout << "  remote tiers (tried in order after this cache; artifacts " << (secret_file.empty() ? "unsigned" : "signed with " + secret_file) << ")\n";
+  if (!remote_problem.empty()) std::cout << "    problem: " << remote_problem << "\n";
+  for (auto& t : tier_rows) {
+    std::cout << "    " << t.endpoint << (t.endpoint != t.tier ? " (in tier " + t.tier + ")" : "") << (t.read_only ? ", read-only" : "") << ": ";
+    if (t.status.ok()) std::cout << "answers in " << fixed(t.rtt_ms, 2) << " ms\n";
+    else std::cout << "does not answer: " << t.status.message() << "\n";
+  }
 
   if (!op_rows.empty()) {
     std::cout << "\nops\n";

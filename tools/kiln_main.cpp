@@ -24,7 +24,7 @@ namespace {
 using builders::BuildOutcome;
 using builders::CacheOutcome;
 
-constexpr const char* k_main_help = R"(usage: kiln [--cache-dir DIR] <command> [options]
+constexpr const char* k_main_help = R"(usage: kiln [--cache-dir DIR] [--remote TIERS] <command> [options]
 
 kiln compiles kernel specs in-process and caches the artifacts by content.
 
@@ -34,12 +34,17 @@ commands:
   warm            build every spec for a target and, with --check, self-check each
   cache           inspect and maintain the cache: stats, ls, show, gc, verify, clear, explain
   toolchains      each toolchain's identity (what enters keys) or why it is unavailable
-  doctor          what kiln finds here: accelerators, toolchains, the cache, every op's state
+  doctor          what kiln finds here: accelerators, toolchains, the cache and its remote
+                  tiers, every op's state
+  config          the effective settings and where each came from (flag, environment, file)
   help [COMMAND]  show help for a command
 
 global options:
-  --cache-dir DIR   the cache folder (default: $KILN_CACHE_DIR, else
-                    $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)
+  --cache-dir DIR   the cache folder (default: $KILN_CACHE_DIR, else the config file's
+                    cache_dir, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)
+  --remote TIERS    remote cache tiers, tried in order after the local cache ("" for none;
+                    default: $KILN_REMOTE_CACHE, else the config file's remote.tiers), e.g.
+                    "redis://cache:6379 http://bazel-remote:8080/kiln|read-only"
   -v, --verbose     log what each lookup and compile does to stderr (as KILN_LOG=debug;
                     KILN_LOG_FILE=PATH appends it to a file instead)
   -h, --help        show this help
@@ -92,12 +97,18 @@ bool progress_enabled() {
 }
 
 std::string cache_word(const BuildOutcome& o) { return o.cache == CacheOutcome::kCompiled ? "miss" : "hit"; }
+// For people: a remote hit says so.
+std::string cache_text(const BuildOutcome& o) { return o.cache == CacheOutcome::kRemote ? "hit (remote)" : cache_word(o); }
+// For JSON: "cache":"hit","source":"remote".
+std::string cache_json(const BuildOutcome& o) {
+  return "\"cache\":\"" + cache_word(o) + "\",\"source\":\"" + builders::cache_outcome_name(o.cache) + "\"";
+}
 
 void print_warnings(const BuildOutcome& o) {
   for (auto& w : o.warnings) std::cerr << "kiln: warning: " << w << "\n";
 }
 
-int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir) {
+int cmd_build(const std::vector<std::string>& argv, const GlobalOptions& global) {
   auto args = parse_args(argv, {"--target", "-o"}, {"--json", "--help", "-h"});
   if (!args.ok()) return usage_error(args.status().message(), k_build_help);
   if (args->has("--help") || args->has("-h")) return std::cout << k_build_help, 0;
@@ -106,7 +117,7 @@ int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir
   if (!spec.ok()) return fail(spec.status());
   auto target = builders::parse_target(args->value("--target", "cpu"));
   if (!target.ok()) return fail(target.status());
-  auto ops = make_ops(*args, cache_dir, /*with_accelerator=*/false);
+  auto ops = make_ops(*args, global, /*with_accelerator=*/false);
   if (!ops.ok()) return fail(ops.status());
   auto outcome = (*ops)->build(*spec, *target);
   if (!outcome.ok()) return fail(outcome.status());
@@ -119,7 +130,7 @@ int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir
                                                      : " (a cached failure: fix an input to compile again)\n");
     if (args->has("--json"))
       std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target)
-                << ",\"success\":false,\"cache\":\"" << cache_word(o) << "\",\"compile_ms\":" << fixed(o.compile_ms, 3)
+                << ",\"success\":false," << cache_json(o) << ",\"compile_ms\":" << fixed(o.compile_ms, 3)
                 << ",\"diagnostics\":" << diagnostics_json(o.diagnostics) << ",\"log\":" << json_string(o.log) << "}\n";
     return 1;
   }
@@ -128,14 +139,14 @@ int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir
   }
   if (args->has("--json")) {
     std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target) << ",\"success\":true"
-              << ",\"key\":\"" << o.key.hex() << "\",\"cache\":\"" << cache_word(o) << "\",\"kind\":" << json_string(o.kind)
+              << ",\"key\":\"" << o.key.hex() << "\"," << cache_json(o) << ",\"kind\":" << json_string(o.kind)
               << ",\"size\":" << o.artifact.size() << ",\"compile_ms\":" << fixed(o.compile_ms, 3)
               << ",\"total_ms\":" << fixed(o.total_ms, 3) << ",\"precompiled_headers\":{\"used\":" << o.pch_used
               << ",\"building\":" << o.pch_building << "},\"diagnostics\":" << diagnostics_json(o.diagnostics) << "}\n";
   } else {
     for (auto& d : o.diagnostics) std::cerr << d.to_string() << "\n";  // warnings
     std::cout << "op       " << o.op << "\ntarget   " << o.target << "\nkey      " << o.key.hex() << "\ncache    "
-              << cache_word(o) << "\nartifact " << o.kind << ", " << o.artifact.size() << " bytes\ncompile  "
+              << cache_text(o) << "\nartifact " << o.kind << ", " << o.artifact.size() << " bytes\ncompile  "
               << fixed(o.compile_ms, 1) << " ms\ntotal    " << fixed(o.total_ms, 1) << " ms\n";
     if (o.pch_used || o.pch_building)
       std::cout << "pch      " << o.pch_used << " used" << (o.pch_building ? ", " + std::to_string(o.pch_building) + " being made for later compiles" : "") << "\n";
@@ -143,7 +154,7 @@ int cmd_build(const std::vector<std::string>& argv, const std::string& cache_dir
   return 0;
 }
 
-int cmd_run(const std::vector<std::string>& argv, const std::string& cache_dir) {
+int cmd_run(const std::vector<std::string>& argv, const GlobalOptions& global) {
   auto args = parse_args(argv, {"--target", "--dim", "--seed", "--spec-dir"}, {"--json", "--help", "-h"});
   if (!args.ok()) return usage_error(args.status().message(), k_run_help);
   if (args->has("--help") || args->has("-h")) return std::cout << k_run_help, 0;
@@ -158,7 +169,7 @@ int cmd_run(const std::vector<std::string>& argv, const std::string& cache_dir) 
     options.dims[d.substr(0, eq)] = v;
   }
   options.seed = std::strtoull(args->value("--seed", "1").c_str(), nullptr, 10);
-  auto ops = make_ops(*args, cache_dir);
+  auto ops = make_ops(*args, global);
   if (!ops.ok()) return fail(ops.status());
   auto op = (*ops)->get(args->positional[0], args->value("--target"));
   if (!op.ok()) return fail(op.status());
@@ -166,12 +177,12 @@ int cmd_run(const std::vector<std::string>& argv, const std::string& cache_dir) 
   if (!report.ok()) return fail(report.status());
   const BuildOutcome& o = (*op)->outcome();
   if (args->has("--json")) {
-    std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target) << ",\"cache\":\""
-              << cache_word(o) << "\",\"compile_ms\":" << fixed(o.compile_ms, 3) << ",\"check\":\""
+    std::cout << "{\"op\":" << json_string(o.op) << ",\"target\":" << json_string(o.target) << ","
+              << cache_json(o) << ",\"compile_ms\":" << fixed(o.compile_ms, 3) << ",\"check\":\""
               << (report->passed ? "ok" : "FAILED") << "\",\"message\":" << json_string(report->message)
               << ",\"max_abs_error\":" << report->max_abs_error << ",\"kernel_ms\":" << fixed(report->kernel_ms, 3) << "}\n";
   } else {
-    std::cout << o.op << " on " << o.target << " (" << (*op)->accelerator().device_name(0) << "): cache " << cache_word(o)
+    std::cout << o.op << " on " << o.target << " (" << (*op)->accelerator().device_name(0) << "): cache " << cache_text(o)
               << ", " << report->grid << " blocks in " << fixed(report->kernel_ms, 2) << " ms: "
               << (report->passed ? "ok" : "FAILED") << " (" << report->message << ")\n";
   }
@@ -179,7 +190,7 @@ int cmd_run(const std::vector<std::string>& argv, const std::string& cache_dir) 
 }
 
 struct WarmRow {
-  std::string op, target, cache = "-", compile_ms = "-", check = "-";
+  std::string op, target, cache = "-", source = "-", compile_ms = "-", check = "-";
   std::string messages;  // for stderr, printed in table order once every row is done
   bool ok = true;
 };
@@ -212,6 +223,7 @@ WarmRow warm_one(builders::Ops& ops, const WarmItem& item, bool check) {
   if (!outcome.ok()) return fail_row("ERROR", "kiln: error: " + spec->name + ": " + outcome.status().message() + "\n");
   for (auto& w : outcome->warnings) row.messages += "kiln: warning: " + w + "\n";
   row.cache = cache_word(*outcome);
+  row.source = builders::cache_outcome_name(outcome->cache);
   row.compile_ms = outcome->cache == CacheOutcome::kCompiled ? fixed(outcome->compile_ms) : "0.0";
   if (!outcome->success) return fail_row("COMPILE ERROR", outcome->diagnostics_text());
   if (!check) return row;
@@ -233,7 +245,7 @@ WarmRow warm_one(builders::Ops& ops, const WarmItem& item, bool check) {
   return row;
 }
 
-int cmd_warm(const std::vector<std::string>& argv, const std::string& cache_dir) {
+int cmd_warm(const std::vector<std::string>& argv, const GlobalOptions& global) {
   auto args = parse_args(argv, {"--target", "--spec-dir", "-j", "--jobs"}, {"--check", "--json", "--help", "-h"});
   if (!args.ok()) return usage_error(args.status().message(), k_warm_help);
   if (args->has("--help") || args->has("-h")) return std::cout << k_warm_help, 0;
@@ -245,7 +257,7 @@ int cmd_warm(const std::vector<std::string>& argv, const std::string& cache_dir)
     if (!end || *end || n < 1 || n > 256) return usage_error("-j needs a number of jobs from 1 to 256, not '" + j + "'", k_warm_help);
     jobs = static_cast<unsigned>(n);
   }
-  auto ops_result = make_ops(*args, cache_dir);
+  auto ops_result = make_ops(*args, global);
   if (!ops_result.ok()) return fail(ops_result.status());
   builders::Ops& ops = **ops_result;
   std::vector<std::string> targets = args->all("--target");
@@ -295,15 +307,15 @@ int cmd_warm(const std::vector<std::string>& argv, const std::string& cache_dir)
     for (size_t i = 0; i < rows.size(); ++i) {
       auto& r = rows[i];
       std::cout << (i ? ",\n " : "") << "{\"op\":" << json_string(r.op) << ",\"target\":" << json_string(r.target)
-                << ",\"cache\":" << json_string(r.cache) << ",\"compile_ms\":" << (r.compile_ms == "-" ? "null" : r.compile_ms)
+                << ",\"cache\":" << json_string(r.cache) << ",\"source\":" << json_string(r.source) << ",\"compile_ms\":" << (r.compile_ms == "-" ? "null" : r.compile_ms)
                 << ",\"check\":" << json_string(r.check) << "}";
     }
     std::cout << "]\n";
   } else {
-    std::printf("%-16s %-16s %-6s %11s  %s\n", "op", "target", "cache", "compile ms", "check");
+    std::printf("%-16s %-16s %-12s %11s  %s\n", "op", "target", "cache", "compile ms", "check");
     for (auto& r : rows)
-      std::printf("%-16s %-16s %-6s %11s  %s\n", r.op.c_str(), r.target.c_str(), r.cache.c_str(), r.compile_ms.c_str(),
-                  r.check.c_str());
+      std::printf("%-16s %-16s %-12s %11s  %s\n", r.op.c_str(), r.target.c_str(),
+                  (r.source == "remote" ? "hit (remote)" : r.cache).c_str(), r.compile_ms.c_str(), r.check.c_str());
   }
   return all_ok ? 0 : 1;
 }
@@ -340,7 +352,7 @@ int cmd_toolchains(const std::vector<std::string>& argv) {
 
 int run_main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  std::string cache_dir;
+  GlobalOptions global;
   size_t i = 0;
   while (i < args.size() && args[i].size() > 1 && args[i][0] == '-') {
     const std::string& a = args[i];
@@ -351,11 +363,14 @@ int run_main(int argc, char** argv) {
       ++i;
       continue;
     }
-    if (a == "--cache-dir" && i + 1 < args.size()) {
-      cache_dir = args[i + 1];
+    if ((a == "--cache-dir" || a == "--remote") && i + 1 < args.size()) {
+      (a == "--remote" ? global.remote.emplace() : global.cache_dir) = args[i + 1];
       i += 2;
     } else if (a.rfind("--cache-dir=", 0) == 0) {
-      cache_dir = a.substr(12);
+      global.cache_dir = a.substr(12);
+      ++i;
+    } else if (a.rfind("--remote=", 0) == 0) {
+      global.remote = a.substr(9);
       ++i;
     } else {
       return usage_error("unknown option " + a, k_main_help);
@@ -365,19 +380,21 @@ int run_main(int argc, char** argv) {
   std::string command = args[i];
   KILN_LOG_AT(kDebug, "kiln", "command " + command + " (" + std::to_string(args.size() - i - 1) + " arguments)");
   std::vector<std::string> rest(args.begin() + static_cast<long>(i) + 1, args.end());
-  if (command == "build") return cmd_build(rest, cache_dir);
-  if (command == "run") return cmd_run(rest, cache_dir);
-  if (command == "warm") return cmd_warm(rest, cache_dir);
-  if (command == "cache") return cmd_cache(rest, cache_dir);
+  if (command == "build") return cmd_build(rest, global);
+  if (command == "run") return cmd_run(rest, global);
+  if (command == "warm") return cmd_warm(rest, global);
+  if (command == "cache") return cmd_cache(rest, global);
   if (command == "toolchains") return cmd_toolchains(rest);
-  if (command == "doctor") return cmd_doctor(rest, cache_dir);
+  if (command == "doctor") return cmd_doctor(rest, global);
+  if (command == "config") return cmd_config(rest, global);
   if (command == "help") {
     std::string topic = rest.empty() ? "" : rest[0];
     if (topic == "build") return std::cout << k_build_help, 0;
     if (topic == "run") return std::cout << k_run_help, 0;
     if (topic == "warm") return std::cout << k_warm_help, 0;
     if (topic == "cache") return std::cout << k_cache_help, 0;
-    if (topic == "doctor") return cmd_doctor({"--help"}, cache_dir);
+    if (topic == "doctor") return cmd_doctor({"--help"}, global);
+    if (topic == "config") return cmd_config({"--help"}, global);
     if (topic.empty()) return std::cout << k_main_help, 0;
     return usage_error("no help for '" + topic + "'", k_main_help);
   }

@@ -1,0 +1,429 @@
+#include "cache/remote.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "cache/hmac.h"
+#include "cache/settings.h"
+#include "support/log.h"
+
+namespace kiln::cache {
+namespace {
+
+constexpr std::string_view k_magic = "KILNREM1";
+constexpr size_t k_envelope_header = 64;
+constexpr std::string_view k_tag_domain = "kiln-remote-v1";
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string base64(std::string_view in) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8 | uint8_t(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += k[(v >> s) & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | (i + 1 < in.size() ? uint32_t(uint8_t(in[i + 1])) << 8 : 0);
+    out += k[(v >> 18) & 63];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < in.size() ? k[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+// Who holds a lease: unique per process and lease, readable in `redis-cli GET`.
+std::string lease_holder() {
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  return std::string(host) + ":" + std::to_string(::getpid()) + ":" + std::to_string(counter.fetch_add(1)) + ":" +
+         std::to_string(random() % 1000000);
+}
+
+}  // namespace
+
+const char* tier_counter_name(TierCounter c) {
+  switch (c) {
+    case TierCounter::kHits: return "hits";
+    case TierCounter::kMisses: return "misses";
+    case TierCounter::kErrors: return "errors";
+    case TierCounter::kRejected: return "rejected";
+    case TierCounter::kSkipped: return "skipped";
+    case TierCounter::kBytesIn: return "bytes_in";
+    case TierCounter::kBytesOut: return "bytes_out";
+    case TierCounter::kPublished: return "published";
+    case TierCounter::kMicroseconds: return "us";
+    case TierCounter::kCount: break;
+  }
+  return "?";
+}
+
+std::string TierConfig::str() const {
+  std::string out = label;
+  if (read_only) out += "|read-only";
+  if (prefix != "kiln:") out += "|prefix=" + prefix;
+  if (layout != "flat") out += "|layout=" + layout;
+  if (!token_file.empty()) out += "|token-file=" + token_file;
+  if (!basic_auth_file.empty()) out += "|basic-auth-file=" + basic_auth_file;
+  if (!password_file.empty()) out += "|password-file=" + password_file;
+  return out;
+}
+
+Result<std::vector<TierConfig>> parse_tiers(std::string_view text) {
+  std::vector<TierConfig> tiers;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    while (pos < text.size() && std::isspace(static_cast<unsigned char>(text[pos]))) ++pos;
+    if (pos >= text.size()) break;
+    size_t end = pos;
+    while (end < text.size() && !std::isspace(static_cast<unsigned char>(text[end]))) ++end;
+    std::string_view word = text.substr(pos, end - pos);
+    pos = end;
+    TierConfig tier;
+    size_t bar = word.find('|');
+    std::string_view urls = word.substr(0, bar);
+    tier.label = std::string(urls);
+    auto bad = [&](const std::string& why) { return invalid_argument("remote tier '" + std::string(word) + "': " + why); };
+    size_t start = 0;
+    while (start <= urls.size()) {
+      size_t comma = urls.find(',', start);
+      std::string_view one = urls.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+      if (one.empty()) return bad("an empty endpoint");
+      KILN_ASSIGN_OR_RETURN(EndpointUrl url, parse_endpoint_url(one));
+      if (!tier.endpoints.empty() && url.scheme != tier.endpoints.front().scheme)
+        return bad("the endpoints of one tier share a scheme (make two tiers)");
+      tier.endpoints.push_back(std::move(url));
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+    while (bar != std::string_view::npos) {
+      size_t next = word.find('|', bar + 1);
+      std::string_view attr = word.substr(bar + 1, next == std::string_view::npos ? std::string_view::npos : next - bar - 1);
+      bar = next;
+      size_t eq = attr.find('=');
+      std::string_view name = attr.substr(0, eq), value = eq == std::string_view::npos ? std::string_view() : attr.substr(eq + 1);
+      if (name == "read-only" && eq == std::string_view::npos) {
+        tier.read_only = true;
+      } else if (name == "read-write" && eq == std::string_view::npos) {
+        tier.read_only = false;
+      } else if (name == "prefix" && eq != std::string_view::npos) {
+        tier.prefix = std::string(value);
+      } else if (name == "layout" && (value == "flat" || value == "subdirs" || value == "bazel")) {
+        tier.layout = std::string(value);
+      } else if ((name == "token-file" || name == "basic-auth-file" || name == "password-file") && !value.empty()) {
+        (name == "token-file" ? tier.token_file : name == "basic-auth-file" ? tier.basic_auth_file : tier.password_file) = std::string(value);
+      } else {
+        return bad("unknown attribute '" + std::string(attr) +
+                   "' (known: read-only, read-write, prefix=P, layout=flat|subdirs|bazel, token-file=F, basic-auth-file=F, "
+                   "password-file=F)");
+      }
+    }
+    bool http = tier.endpoints.front().scheme == "http";
+    if (http && !tier.password_file.empty()) return bad("password-file is for redis:// tiers (http uses token-file or basic-auth-file)");
+    if (!http && (!tier.token_file.empty() || !tier.basic_auth_file.empty()))
+      return bad("token-file and basic-auth-file are for http:// tiers (redis uses password-file)");
+    if (!tier.token_file.empty() && !tier.basic_auth_file.empty()) return bad("give token-file or basic-auth-file, not both");
+    tiers.push_back(std::move(tier));
+  }
+  return tiers;
+}
+
+std::string object_name(RemoteObject type, const Hash128& key) {
+  return key.hex() + std::string(31, '0') + (type == RemoteObject::kArtifact ? '0' : '1');
+}
+
+Result<std::string> seal_object(RemoteObject type, const Hash128& key, std::string_view payload, const std::string& secret) {
+  std::string out(k_envelope_header, '\0');
+  std::memcpy(out.data(), k_magic.data(), k_magic.size());
+  out[8] = static_cast<char>(type);
+  out[9] = secret.empty() ? 0 : 1;
+  std::memcpy(out.data() + 16, key.bytes.data(), 16);
+  if (!secret.empty()) {
+    KILN_ASSIGN_OR_RETURN(HmacTag tag, hmac_sha256(secret, {k_tag_domain, std::string_view(out.data(), 32), payload}));
+    std::memcpy(out.data() + 32, tag.data(), tag.size());
+  }
+  out.append(payload);
+  return out;
+}
+
+Result<std::string> open_object(RemoteObject type, const Hash128& key, std::string_view envelope, const std::string& secret) {
+  auto bad = [](const std::string& why) { return Status(StatusCode::kDataLoss, why); };
+  if (envelope.size() < k_envelope_header || envelope.substr(0, k_magic.size()) != k_magic)
+    return bad("not a kiln object (" + std::to_string(envelope.size()) + " bytes, no KILNREM1 header)");
+  if (envelope[8] != static_cast<char>(type) || std::memcmp(envelope.data() + 16, key.bytes.data(), 16) != 0)
+    return bad("it holds another object than the one asked for (swapped or misfiled)");
+  std::string_view payload = envelope.substr(k_envelope_header);
+  if (!secret.empty()) {
+    if (envelope[9] != 1) return bad("it is not signed, and this node requires signatures (a secret is configured)");
+    KILN_ASSIGN_OR_RETURN(HmacTag expected, hmac_sha256(secret, {k_tag_domain, envelope.substr(0, 32), payload}));
+    HmacTag got;
+    std::memcpy(got.data(), envelope.data() + 32, got.size());
+    if (!tags_equal(expected, got)) return bad("its signature does not match (signed with another secret, or altered since)");
+  }
+  return std::string(payload);
+}
+
+Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) {
+  std::unique_ptr<RemoteTiers> self(new RemoteTiers(std::move(options)));
+  for (auto& config : self->m_options.tiers) {
+    auto tier = std::make_unique<Tier>();
+    tier->config = config;
+    EndpointOptions eo;
+    eo.connect_timeout = self->m_options.connect_timeout;
+    eo.io_timeout = self->m_options.io_timeout;
+    eo.prefix = config.prefix;
+    eo.layout = config.layout;
+    if (!config.token_file.empty()) {
+      KILN_ASSIGN_OR_RETURN(std::string token, read_secret_file(config.token_file));
+      eo.authorization = "Bearer " + token;
+    }
+    if (!config.basic_auth_file.empty()) {
+      KILN_ASSIGN_OR_RETURN(std::string user_password, read_secret_file(config.basic_auth_file));
+      if (user_password.find(':') == std::string::npos)
+        return invalid_argument("the basic-auth file " + config.basic_auth_file + " must hold user:password");
+      eo.authorization = "Basic " + base64(user_password);
+    }
+    if (!config.password_file.empty()) {
+      KILN_ASSIGN_OR_RETURN(eo.password, read_secret_file(config.password_file));
+    }
+    for (auto& url : config.endpoints) {
+      auto endpoint = std::make_unique<Endpoint>();
+      KILN_ASSIGN_OR_RETURN(endpoint->remote, make_endpoint(url, eo));
+      tier->endpoints.push_back(std::move(endpoint));
+    }
+    self->m_tiers.push_back(std::move(tier));
+  }
+  return self;
+}
+
+RemoteTiers::~RemoteTiers() {
+  {
+    std::lock_guard lock(m_queue_mutex);
+    m_stop = true;
+  }
+  m_queue_changed.notify_all();
+  if (m_worker.joinable()) m_worker.join();
+}
+
+RemoteTiers::Endpoint& RemoteTiers::owner(Tier& tier, const std::string& name) {
+  if (tier.endpoints.size() == 1) return *tier.endpoints.front();
+  // Rendezvous: the endpoint with the highest hash of (endpoint, name). Adding or losing one
+  // moves only the names it wins or held.
+  Endpoint* best = nullptr;
+  Hash128 best_score{};
+  for (auto& e : tier.endpoints) {
+    Hash128 score = xxh3_128(e->remote->label() + '\n' + name);
+    if (!best || best_score < score) {
+      best = e.get();
+      best_score = score;
+    }
+  }
+  return *best;
+}
+
+template <typename F>
+auto RemoteTiers::guarded(Tier& tier, Endpoint& endpoint, F&& call) -> decltype(call(*endpoint.remote)) {
+  if (endpoint.down_until_ms.load() > now_ms()) {
+    tier.add(TierCounter::kSkipped, 1);
+    return unavailable(endpoint.remote->label() + " is skipped after a recent failure");
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto result = call(*endpoint.remote);
+  tier.add(TierCounter::kMicroseconds,
+           std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
+  if (!result.ok()) {
+    tier.add(TierCounter::kErrors, 1);
+    endpoint.down_until_ms.store(now_ms() + m_options.breaker.count());
+    KILN_LOG_AT(kWarn, "remote", result.status().message());
+    if (m_options.report && !endpoint.reported.exchange(true))
+      m_options.report("failed " + endpoint.remote->label(), "remote cache " + result.status().message() + "; skipping it for " +
+                       std::to_string(m_options.breaker.count() / 1000) + " s (ops still compile here)");
+  }
+  return result;
+}
+
+bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::function<Status(std::string&&)>& accept) {
+  std::string name = object_name(type, key);
+  for (size_t i = 0; i < m_tiers.size(); ++i) {
+    Tier& tier = *m_tiers[i];
+    {
+      // What a tier sent and was refused is not asked for again by this process: it would be
+      // refused again (a node re-looks after taking a lease).
+      std::lock_guard lock(m_refused_mutex);
+      if (m_refused.count({i, name})) continue;
+    }
+    Endpoint& endpoint = owner(tier, name);
+    auto got = guarded(tier, endpoint, [&](RemoteEndpoint& e) { return e.get(name); });
+    if (!got.ok()) continue;
+    if (!got->has_value()) {
+      tier.add(TierCounter::kMisses, 1);
+      KILN_LOG_AT(kDebug, "remote", endpoint.remote->label() + ": no " + name);
+      continue;
+    }
+    tier.add(TierCounter::kBytesIn, static_cast<int64_t>((*got)->size()));
+    auto payload = open_object(type, key, **got, m_options.secret);
+    Status verdict = payload.ok() ? accept(std::move(payload).value()) : payload.status();
+    if (!verdict.ok()) {
+      tier.add(TierCounter::kRejected, 1);
+      {
+        std::lock_guard lock(m_refused_mutex);
+        m_refused.insert({i, name});
+      }
+      KILN_LOG_AT(kWarn, "remote", endpoint.remote->label() + ": refused " + name + ": " + verdict.message());
+      if (m_options.report)
+        m_options.report("refused " + endpoint.remote->label(),
+                         "refused an object from remote cache " + endpoint.remote->label() + ": " + verdict.message());
+      continue;
+    }
+    tier.add(TierCounter::kHits, 1);
+    KILN_LOG_AT(kDebug, "remote", endpoint.remote->label() + ": hit " + name);
+    if (i > 0) {  // copied into the faster tiers that can be written
+      std::string envelope = std::move(**got);
+      auto again = open_object(type, key, envelope, m_options.secret);
+      if (again.ok()) enqueue(Job{{Publication{type, key, std::move(again).value()}}, {}, i});
+    }
+    return true;
+  }
+  return false;
+}
+
+void RemoteTiers::publish(std::vector<Publication> objects, std::function<void()> after) {
+  enqueue(Job{std::move(objects), std::move(after), m_tiers.size()});
+}
+
+void RemoteTiers::enqueue(Job job) {
+  {
+    std::lock_guard lock(m_queue_mutex);
+    m_queue.push_back(std::move(job));
+    if (!m_worker.joinable()) m_worker = std::thread([this] { worker(); });
+  }
+  m_queue_changed.notify_all();
+}
+
+void RemoteTiers::put_everywhere(const Publication& p, size_t below_tier) {
+  std::string name = object_name(p.type, p.key);
+  auto sealed = seal_object(p.type, p.key, p.payload, m_options.secret);
+  if (!sealed.ok()) {
+    if (m_options.report) m_options.report("sign", "cannot sign for the remote cache: " + sealed.status().message());
+    return;
+  }
+  for (size_t i = 0; i < below_tier && i < m_tiers.size(); ++i) {
+    Tier& tier = *m_tiers[i];
+    if (tier.config.read_only) continue;
+    Endpoint& endpoint = owner(tier, name);
+    auto st = guarded(tier, endpoint, [&](RemoteEndpoint& e) -> Result<bool> {
+      KILN_RETURN_IF_ERROR(e.put(name, sealed.value()));
+      return true;
+    });
+    if (st.ok()) {
+      tier.add(TierCounter::kPublished, 1);
+      tier.add(TierCounter::kBytesOut, static_cast<int64_t>(sealed->size()));
+    }
+  }
+}
+
+void RemoteTiers::worker() {
+  std::unique_lock lock(m_queue_mutex);
+  for (;;) {
+    m_queue_changed.wait(lock, [&] { return m_stop || !m_queue.empty(); });
+    if (m_queue.empty()) return;  // stopping, and nothing left
+    Job job = std::move(m_queue.front());
+    m_queue.pop_front();
+    m_busy = true;
+    lock.unlock();
+    for (auto& p : job.objects) put_everywhere(p, job.below_tier);
+    if (job.after) job.after();
+    lock.lock();
+    m_busy = false;
+    m_queue_changed.notify_all();
+  }
+}
+
+void RemoteTiers::drain() {
+  std::unique_lock lock(m_queue_mutex);
+  m_queue_changed.wait(lock, [&] { return m_queue.empty() && !m_busy; });
+}
+
+bool RemoteTiers::has_leases() const {
+  for (auto& t : m_tiers)
+    if (!t->config.read_only && t->endpoints.front()->remote->has_leases()) return true;
+  return false;
+}
+
+RemoteTiers::LeaseResult RemoteTiers::take_lease(const Hash128& input_key) {
+  LeaseResult out;
+  for (auto& tier : m_tiers) {
+    if (tier->config.read_only || !tier->endpoints.front()->remote->has_leases()) continue;
+    // The lease lives beside the manifest it waits for, on the same endpoint.
+    Endpoint& endpoint = owner(*tier, object_name(RemoteObject::kManifest, input_key));
+    std::string name = "lease:" + input_key.hex(), holder = lease_holder();
+    auto taken = guarded(*tier, endpoint, [&](RemoteEndpoint& e) { return e.take_lease(name, holder, m_options.lease); });
+    if (!taken.ok()) return out;  // no answer: compile without waiting for anyone
+    if (!taken.value()) {
+      out.state = LeaseState::kHeldElsewhere;
+      return out;
+    }
+    out.state = LeaseState::kTaken;
+    out.lease.reset(new Lease);
+    Lease& lease = *out.lease;
+    lease.m_endpoint = endpoint.remote.get();
+    lease.m_name = name;
+    lease.m_holder = holder;
+    lease.m_ttl = m_options.lease;
+    lease.m_renewer = std::thread([&lease] {
+      std::unique_lock lock(lease.m_mutex);
+      while (!lease.m_wake.wait_for(lock, lease.m_ttl / 3, [&] { return lease.m_stop; })) {
+        auto renewed = lease.m_endpoint->renew_lease(lease.m_name, lease.m_holder, lease.m_ttl);
+        if (renewed.ok() && !renewed.value()) KILN_LOG_AT(kWarn, "remote", "lost the lease " + lease.m_name + " (it expired)");
+      }
+    });
+    KILN_LOG_AT(kDebug, "remote", "took the lease " + name + " on " + endpoint.remote->label());
+    return out;
+  }
+  return out;
+}
+
+RemoteTiers::Lease::~Lease() {
+  {
+    std::lock_guard lock(m_mutex);
+    m_stop = true;
+  }
+  m_wake.notify_all();
+  if (m_renewer.joinable()) m_renewer.join();
+  if (m_endpoint) (void)m_endpoint->release_lease(m_name, m_holder);
+}
+
+std::vector<RemoteTiers::EndpointReport> RemoteTiers::ping_all() {
+  std::vector<EndpointReport> out;
+  for (auto& tier : m_tiers) {
+    for (auto& e : tier->endpoints) {
+      EndpointReport r;
+      r.tier = tier->config.label;
+      r.endpoint = e->remote->label();
+      r.read_only = tier->config.read_only;
+      auto start = std::chrono::steady_clock::now();
+      r.status = e->remote->ping();
+      r.rtt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
+std::vector<RemoteTiers::CounterValue> RemoteTiers::take_counters() {
+  std::vector<CounterValue> out;
+  for (auto& tier : m_tiers)
+    for (size_t i = 0; i < tier->counters.size(); ++i)
+      if (int64_t v = tier->counters[i].exchange(0)) out.push_back({tier->config.label, static_cast<TierCounter>(i), v});
+  return out;
+}
+
+}  // namespace kiln::cache

@@ -1,0 +1,81 @@
+#include "cache/remote_endpoint.h"
+
+#include <cctype>
+#include <charconv>
+
+namespace kiln::cache {
+
+Result<std::unique_ptr<RemoteEndpoint>> make_http_endpoint(const EndpointUrl& url, const EndpointOptions& options);
+Result<std::unique_ptr<RemoteEndpoint>> make_redis_endpoint(const EndpointUrl& url, const EndpointOptions& options);
+
+Result<EndpointUrl> parse_endpoint_url(std::string_view text) {
+  EndpointUrl url;
+  url.text = std::string(text);
+  auto bad = [&](const std::string& why) { return invalid_argument("remote '" + std::string(text) + "': " + why); };
+  size_t colon = text.find("://");
+  if (colon == std::string_view::npos) return bad("not a URL (expected redis://host:port or http://host:port/path)");
+  url.scheme = std::string(text.substr(0, colon));
+  for (char& c : url.scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (url.scheme == "rediss" || url.scheme == "https")
+    return unavailable("remote '" + std::string(text) + "': " + url.scheme +
+                       ":// needs TLS, which this kiln cannot speak (Debian 12's hiredis 0.14 has none); reach the server "
+                       "through a TLS tunnel (stunnel, a service mesh) as " + url.scheme.substr(0, url.scheme.size() - 1) + "://");
+  if (url.scheme != "redis" && url.scheme != "http") return bad("unknown scheme '" + url.scheme + "' (kiln speaks redis:// and http://)");
+  std::string_view rest = text.substr(colon + 3);
+  size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? std::string_view("/") : rest.substr(slash);
+  if (authority.find('@') != std::string_view::npos)
+    return bad("credentials in a URL show in process lists and logs; put them in a file (password-file=, token-file=, "
+               "basic-auth-file=) that only you can read");
+  std::string_view host = authority, port;
+  if (!authority.empty() && authority[0] == '[') {  // [::1]:6379
+    size_t close = authority.find(']');
+    if (close == std::string_view::npos) return bad("unclosed '[' in the host");
+    host = authority.substr(1, close - 1);
+    if (close + 1 < authority.size()) {
+      if (authority[close + 1] != ':') return bad("expected ':' after the IPv6 address");
+      port = authority.substr(close + 2);
+    }
+  } else if (size_t c = authority.rfind(':'); c != std::string_view::npos) {
+    host = authority.substr(0, c);
+    port = authority.substr(c + 1);
+  }
+  if (host.empty()) return bad("no host");
+  url.host = std::string(host);
+  url.port = url.scheme == "redis" ? 6379 : 80;
+  if (!port.empty()) {
+    int p = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+    if (ec != std::errc() || end != port.data() + port.size() || p <= 0 || p > 65535) return bad("bad port '" + std::string(port) + "'");
+    url.port = p;
+  }
+  if (url.scheme == "redis") {
+    std::string_view db = path.substr(1);
+    if (!db.empty()) {
+      auto [end, ec] = std::from_chars(db.data(), db.data() + db.size(), url.db);
+      if (ec != std::errc() || end != db.data() + db.size() || url.db < 0) return bad("the path of a redis URL is a database number");
+    }
+    url.path = "/";
+  } else {
+    if (path.find_first_of("?#") != std::string_view::npos) return bad("a query or fragment has no meaning here");
+    url.path = std::string(path);
+    if (url.path.back() != '/') url.path += '/';
+  }
+  return url;
+}
+
+Result<bool> RemoteEndpoint::take_lease(const std::string&, const std::string&, std::chrono::milliseconds) {
+  return unavailable(label() + " has no leases");
+}
+Result<bool> RemoteEndpoint::renew_lease(const std::string&, const std::string&, std::chrono::milliseconds) {
+  return unavailable(label() + " has no leases");
+}
+Status RemoteEndpoint::release_lease(const std::string&, const std::string&) { return unavailable(label() + " has no leases"); }
+
+Result<std::unique_ptr<RemoteEndpoint>> make_endpoint(const EndpointUrl& url, const EndpointOptions& options) {
+  if (url.scheme == "http") return make_http_endpoint(url, options);
+  return make_redis_endpoint(url, options);
+}
+
+}  // namespace kiln::cache

@@ -1,0 +1,72 @@
+// One server of a remote tier: a Redis server or an HTTP object store, spoken to directly.
+// Objects are named by 64 hex digits; what they hold is opaque here (remote.h frames, signs
+// and checks them). Every call is bounded by the timeouts; a connection that failed is
+// dropped, never reused. Idle connections are kept for the next call (one per concurrent
+// caller at most). Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "support/status.h"
+
+namespace kiln::cache {
+
+struct EndpointUrl {
+  std::string scheme;  // "redis" or "http"
+  std::string host;
+  int port = 0;
+  std::string path;  // http: the folder objects go under, with a trailing '/'; redis: unused
+  int db = 0;        // redis: the database number
+  std::string text;  // as written, for messages and statistics
+};
+
+// "redis://host[:port][/db]", "http://host[:port][/path]". Credentials in the URL are refused
+// (a URL shows up in process lists and logs): they come from files (remote.h).
+Result<EndpointUrl> parse_endpoint_url(std::string_view text);
+
+struct EndpointOptions {
+  std::chrono::milliseconds connect_timeout{250};
+  std::chrono::milliseconds io_timeout{2000};  // the longest a server may stay silent
+  // redis: keys are prefix + name. http: "flat" (<path><name>), "subdirs" (<path><n[0:2]>/<n[2:]>),
+  // or "bazel" (<path>ac/<name>), the layouts of ccache's HTTP storage.
+  std::string prefix = "kiln:";
+  std::string layout = "flat";
+  std::string authorization;  // http: the Authorization header's value ("Bearer ...")
+  std::string password;       // redis: AUTH
+};
+
+class RemoteEndpoint {
+ public:
+  virtual ~RemoteEndpoint() = default;
+  const std::string& label() const { return m_url.text; }
+  const EndpointUrl& url() const { return m_url; }
+
+  // The object's bytes, or nullopt when the server does not have it.
+  virtual Result<std::optional<std::string>> get(const std::string& name) = 0;
+  virtual Status put(const std::string& name, std::string_view bytes) = 0;
+  // One round trip that shows the server answers (Redis PING, HTTP HEAD of the folder).
+  virtual Status ping() = 0;
+
+  // Leases: one holder per name for `ttl` unless renewed (Redis only; HTTP stores cannot set
+  // a value only if it is absent, so a tier of them has no leases).
+  virtual bool has_leases() const { return false; }
+  // True when taken (the name was free); false when another holds it.
+  virtual Result<bool> take_lease(const std::string& name, const std::string& holder, std::chrono::milliseconds ttl);
+  // True when still ours and extended; false when it expired and someone else may hold it.
+  virtual Result<bool> renew_lease(const std::string& name, const std::string& holder, std::chrono::milliseconds ttl);
+  virtual Status release_lease(const std::string& name, const std::string& holder);
+
+ protected:
+  explicit RemoteEndpoint(EndpointUrl url) : m_url(std::move(url)) {}
+  EndpointUrl m_url;
+};
+
+// An endpoint for `url` (nothing is connected yet). kUnavailable for a scheme this kiln cannot
+// speak (rediss:// and https:// need TLS, which Debian 12's hiredis 0.14 lacks).
+Result<std::unique_ptr<RemoteEndpoint>> make_endpoint(const EndpointUrl& url, const EndpointOptions& options);
+
+}  // namespace kiln::cache

@@ -1,0 +1,334 @@
+#include "tests/servers.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace kiln::testing {
+namespace {
+
+int listen_socket(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 64) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int bound_port(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+int connect_loopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool send_all(int fd, const char* data, size_t n) {
+  while (n) {
+    ssize_t w = ::send(fd, data, n, MSG_NOSIGNAL);
+    if (w <= 0) return false;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+int free_port() {
+  int fd = listen_socket(0);
+  int port = bound_port(fd);
+  ::close(fd);
+  return port;
+}
+
+bool wait_for_port(int port, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int fd = connect_loopback(port);
+    if (fd >= 0) {
+      ::close(fd);
+      return true;
+    }
+    ::usleep(10000);
+  }
+  return false;
+}
+
+std::string find_program(const std::string& name, const std::vector<std::string>& also) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    std::string candidate = dirs.substr(start, end - start) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  for (auto& a : also)
+    if (::access(a.c_str(), X_OK) == 0) return a;
+  return "";
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                           const std::string& out_path, const std::string& err_path) {
+  // Everything the child needs is built here, before the spawn.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    std::string entry = *e;
+    if (!env.count(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
+  }
+  for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& a : argv_copy) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  int rc = posix_spawnp(&m_pid, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw std::runtime_error("cannot start " + argv[0] + ": " + std::strerror(rc));
+}
+
+ChildProcess::~ChildProcess() {
+  if (!m_waited) {
+    ::kill(m_pid, SIGKILL);
+    wait();
+  }
+}
+
+int ChildProcess::wait() {
+  if (!m_waited) {
+    while (::waitpid(m_pid, &m_status, 0) < 0 && errno == EINTR) {
+    }
+    m_waited = true;
+  }
+  return WIFEXITED(m_status) ? WEXITSTATUS(m_status) : 128 + WTERMSIG(m_status);
+}
+
+void ChildProcess::kill(int signal) {
+  if (!m_waited) ::kill(m_pid, signal);
+}
+
+std::vector<ProcessResult> run_processes(const std::vector<std::vector<std::string>>& commands,
+                                         const std::vector<std::map<std::string, std::string>>& envs) {
+  TempDir io;
+  std::vector<std::unique_ptr<ChildProcess>> children;
+  for (size_t i = 0; i < commands.size(); ++i)
+    children.push_back(std::make_unique<ChildProcess>(commands[i], i < envs.size() ? envs[i] : std::map<std::string, std::string>{},
+                                                      io / ("out" + std::to_string(i)), io / ("err" + std::to_string(i))));
+  std::vector<ProcessResult> out(commands.size());
+  for (size_t i = 0; i < children.size(); ++i) {
+    out[i].exit_code = children[i]->wait();
+    out[i].out = read_text(io / ("out" + std::to_string(i)));
+    out[i].err = read_text(io / ("err" + std::to_string(i)));
+  }
+  return out;
+}
+
+// ---- redis-server
+
+std::string RedisServer::binary() { return find_program("redis-server", {"/usr/bin/redis-server"}); }
+
+RedisServer::RedisServer(const std::string& dir) : m_dir(dir), m_port(free_port()) { start(); }
+
+RedisServer::~RedisServer() { m_process.reset(); }
+
+void RedisServer::start() {
+  m_process = std::make_unique<ChildProcess>(
+      std::vector<std::string>{binary(), "--port", std::to_string(m_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                               "--dir", m_dir, "--daemonize", "no"},
+      std::map<std::string, std::string>{}, m_dir + "/redis.out", m_dir + "/redis.err");
+  if (!wait_for_port(m_port)) throw std::runtime_error("redis-server did not start on port " + std::to_string(m_port));
+}
+
+void RedisServer::kill() {
+  m_process->kill(SIGKILL);
+  m_process->wait();
+}
+
+// ---- nginx
+
+std::string NginxServer::binary() {
+  static const std::string found = [] {
+    std::string nginx = find_program("nginx", {"/usr/sbin/nginx"});
+    if (nginx.empty()) return std::string();
+    auto v = run_process({nginx, "-V"});
+    return v.err.find("http_dav_module") != std::string::npos ? nginx : std::string();
+  }();
+  return found;
+}
+
+NginxServer::NginxServer(const std::string& dir, NginxOptions options) : m_dir(dir), m_port(free_port()) {
+  std::string auth;
+  if (!options.basic_user.empty()) {
+    std::ofstream(m_dir + "/htpasswd") << options.basic_user << ":{PLAIN}" << options.basic_password << "\n";
+    auth += "      auth_basic \"kiln\";\n      auth_basic_user_file " + m_dir + "/htpasswd;\n";
+  }
+  if (!options.bearer_token.empty())
+    auth += "      if ($http_authorization != \"Bearer " + options.bearer_token + "\") { return 401; }\n";
+  ::mkdir((m_dir + "/store").c_str(), 0700);
+  std::ofstream(m_dir + "/nginx.conf") << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << m_dir
+                                        << "/nginx.pid;\nerror_log " << m_dir << "/error.log warn;\n"
+                                        << "events { worker_connections 256; }\nhttp {\n  access_log off;\n"
+                                        << "  client_body_temp_path " << m_dir << "/body;\n  proxy_temp_path " << m_dir
+                                        << "/proxy;\n  fastcgi_temp_path " << m_dir << "/fastcgi;\n  uwsgi_temp_path " << m_dir
+                                        << "/uwsgi;\n  scgi_temp_path " << m_dir << "/scgi;\n  client_max_body_size 0;\n"
+                                        << "  server {\n    listen 127.0.0.1:" << m_port << ";\n    root " << m_dir << "/store;\n"
+                                        << "    location / {\n      dav_methods PUT DELETE;\n      create_full_put_path on;\n"
+                                        << "      dav_access user:rw;\n"
+                                        << auth << "    }\n  }\n}\n";
+  m_process = std::make_unique<ChildProcess>(
+      std::vector<std::string>{binary(), "-p", m_dir, "-c", m_dir + "/nginx.conf", "-e", m_dir + "/error.log"},
+      std::map<std::string, std::string>{}, m_dir + "/nginx.out", m_dir + "/nginx.err");
+  if (!wait_for_port(m_port))
+    throw std::runtime_error("nginx did not start on port " + std::to_string(m_port) + ": " + read_text(m_dir + "/nginx.err") +
+                             read_text(m_dir + "/error.log"));
+}
+
+NginxServer::~NginxServer() { m_process.reset(); }
+
+// ---- the proxy
+
+FaultProxy::FaultProxy(int upstream_port) : m_upstream(upstream_port) {
+  m_listen = listen_socket(0);
+  m_port = bound_port(m_listen);
+  m_acceptor = std::thread([this] { accept_loop(); });
+}
+
+FaultProxy::~FaultProxy() {
+  m_stop = true;
+  m_acceptor.join();
+  {
+    std::lock_guard lock(m_mutex);
+    for (int fd : m_sockets) ::shutdown(fd, SHUT_RDWR);
+  }
+  for (auto& t : m_threads) t.join();
+  ::close(m_listen);
+}
+
+void FaultProxy::set(Fault fault, size_t amount) {
+  m_amount = amount;
+  m_fault = fault;
+}
+
+void FaultProxy::accept_loop() {
+  while (!m_stop) {
+    pollfd p{m_listen, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    int client = ::accept4(m_listen, nullptr, nullptr, SOCK_CLOEXEC);
+    if (client < 0) continue;
+    ++m_connections;
+    std::lock_guard lock(m_mutex);
+    m_sockets.push_back(client);
+    m_threads.emplace_back([this, client] { serve(client); });
+  }
+}
+
+void FaultProxy::serve(int client) {
+  relay(client);
+  forget(client);
+}
+
+void FaultProxy::relay(int client) {
+  Fault fault = m_fault.load();
+  size_t amount = m_amount.load();
+  auto wait_readable = [&](int fd) {
+    while (!m_stop) {
+      pollfd p{fd, POLLIN, 0};
+      int n = ::poll(&p, 1, 50);
+      if (n > 0) return true;
+      if (n < 0 && errno != EINTR) return false;
+    }
+    return false;
+  };
+  if (fault == Fault::kRefuse) return;
+  char buf[64 << 10];
+  if (fault == Fault::kSilent) {
+    while (wait_readable(client) && ::recv(client, buf, sizeof buf, 0) > 0) {
+    }
+    return;
+  }
+  int server = connect_loopback(m_upstream);
+  if (server < 0) return;
+  {
+    std::lock_guard lock(m_mutex);
+    m_sockets.push_back(server);
+  }
+  std::thread upward([&] {
+    std::vector<char> up(64 << 10);
+    while (wait_readable(client)) {
+      ssize_t n = ::recv(client, up.data(), up.size(), 0);
+      if (n <= 0 || !send_all(server, up.data(), static_cast<size_t>(n))) break;
+    }
+    ::shutdown(server, SHUT_WR);
+  });
+  size_t passed = 0;
+  for (;;) {
+    if (!wait_readable(server)) break;
+    ssize_t n = ::recv(server, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    size_t len = static_cast<size_t>(n);
+    if (fault == Fault::kDelay) std::this_thread::sleep_for(std::chrono::milliseconds(amount));
+    if (fault == Fault::kFlip && amount >= passed && amount < passed + len) buf[amount - passed] ^= 0xff;
+    if (fault == Fault::kTruncate && passed + len > amount) {
+      send_all(client, buf, amount - passed);
+      break;
+    }
+    if (!send_all(client, buf, len)) break;
+    passed += len;
+  }
+  ::shutdown(client, SHUT_RDWR);
+  ::shutdown(server, SHUT_RDWR);
+  upward.join();
+  forget(server);
+}
+
+void FaultProxy::forget(int fd) {
+  std::lock_guard lock(m_mutex);
+  m_sockets.erase(std::remove(m_sockets.begin(), m_sockets.end(), fd), m_sockets.end());
+  ::close(fd);
+}
+
+}  // namespace kiln::testing

@@ -1,0 +1,129 @@
+// Real servers for the remote-tier tests, on 127.0.0.1 and free ports: Debian's redis-server
+// and nginx (WebDAV PUT), each started as a child process in a test's temporary folder, and a
+// TCP proxy that passes, delays, truncates, corrupts or swallows what a server answers.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace kiln::testing {
+
+// A port nothing listens on now (bound and released).
+int free_port();
+// True once something accepts connections on 127.0.0.1:port, within `timeout_ms`.
+bool wait_for_port(int port, int timeout_ms = 10000);
+
+// A child process started with posix_spawn (no allocation between fork and exec, so it is
+// safe from a test with threads), its output in files; killed on destruction.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, const std::string& out_path,
+               const std::string& err_path);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  pid_t pid() const { return m_pid; }
+  // Waits for it; its exit code, or 128 + the signal that ended it.
+  int wait();
+  void kill(int signal);
+
+ private:
+  pid_t m_pid = -1;
+  bool m_waited = false;
+  int m_status = 0;
+};
+
+// Runs every command at once and waits for them all (separate processes: "nodes").
+std::vector<ProcessResult> run_processes(const std::vector<std::vector<std::string>>& commands,
+                                         const std::vector<std::map<std::string, std::string>>& envs);
+
+// Where a server binary is, or "" (then the test skips and says to run scripts/setup).
+std::string find_program(const std::string& name, const std::vector<std::string>& also = {});
+
+class RedisServer {
+ public:
+  static std::string binary();  // "" when redis-server is not installed
+  // Starts on a free port, persisting nothing to disk.
+  explicit RedisServer(const std::string& dir);
+  ~RedisServer();
+  int port() const { return m_port; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(m_port); }
+  // SIGKILL, as a crash or an OOM kill would; then start() again on the same port (empty).
+  void kill();
+  void start();
+
+ private:
+  std::string m_dir;
+  int m_port;
+  std::unique_ptr<ChildProcess> m_process;
+};
+
+struct NginxOptions {
+  std::string bearer_token;  // non-empty: requests must carry "Authorization: Bearer <token>"
+  std::string basic_user, basic_password;  // non-empty: basic auth
+};
+
+class NginxServer {
+ public:
+  static std::string binary();  // "" when nginx (with the WebDAV module) is not installed
+  explicit NginxServer(const std::string& dir, NginxOptions options = {});
+  ~NginxServer();
+  int port() const { return m_port; }
+  std::string url(const std::string& path = "/kiln") const { return "http://127.0.0.1:" + std::to_string(m_port) + path; }
+  // The folder nginx serves: what a PUT to /kiln/x wrote is at store() + "/kiln/x".
+  std::string store() const { return m_dir + "/store"; }
+
+ private:
+  std::string m_dir;
+  int m_port;
+  std::unique_ptr<ChildProcess> m_process;
+};
+
+// Listens on a free port and forwards each connection to 127.0.0.1:upstream, doing to the
+// server's answers what `fault` says. The fault may change while it runs.
+class FaultProxy {
+ public:
+  enum class Fault {
+    kNone,      // pass everything
+    kSilent,    // accept, read, never answer
+    kDelay,     // hold each answer back `amount` ms
+    kTruncate,  // pass `amount` bytes of the answers on a connection, then close it
+    kFlip,      // invert the byte at offset `amount` of the answers on each connection
+    kRefuse,    // close each connection at once
+  };
+  explicit FaultProxy(int upstream_port);
+  ~FaultProxy();
+  void set(Fault fault, size_t amount = 0);
+  int port() const { return m_port; }
+  std::string url(const std::string& scheme, const std::string& path = "") const {
+    return scheme + "://127.0.0.1:" + std::to_string(m_port) + path;
+  }
+  int connections() const { return m_connections.load(); }
+
+ private:
+  void accept_loop();
+  void serve(int client);  // relays, then closes the client's socket
+  void relay(int client);
+  void forget(int fd);     // closes it, and the destructor no longer shuts it down
+
+  int m_upstream, m_port = 0, m_listen = -1;
+  std::atomic<bool> m_stop{false};
+  std::atomic<int> m_connections{0};
+  std::atomic<Fault> m_fault{Fault::kNone};
+  std::atomic<size_t> m_amount{0};
+  std::thread m_acceptor;
+  std::mutex m_mutex;
+  std::vector<std::thread> m_threads;
+  std::vector<int> m_sockets;
+};
+
+}  // namespace kiln::testing
