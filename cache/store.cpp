@@ -501,7 +501,11 @@ Status Store::fold_usage_locked(bool in_transaction) {
   std::string moved = live + ".folding." + std::to_string(::getpid()) + "." + std::to_string(now_seconds());
   std::vector<std::string> journals;
   if (::rename(live.c_str(), moved.c_str()) == 0) journals.push_back(moved);
-  if (DIR* d = ::opendir(m_root.c_str())) {
+  // Journals left by a folder that died are looked for once per Store: a listing of the cache
+  // folder on every write costs more than the write (tools/bench/remote_bench).
+  DIR* d = m_orphan_journals_checked ? nullptr : ::opendir(m_root.c_str());
+  m_orphan_journals_checked = true;
+  if (d) {
     std::string prefix = std::string(k_usage_journal) + ".folding.";
     while (auto* e = ::readdir(d)) {
       std::string name = e->d_name, path = m_root + "/" + name;

@@ -194,6 +194,7 @@ class Store {
   std::array<int64_t, static_cast<size_t>(Counter::kCount)> m_pending_counters{};
   std::map<std::string, int64_t> m_pending_named;
   bool m_damage_reported = false;
+  bool m_orphan_journals_checked = false;
 };
 
 }  // namespace kiln::cache
