@@ -98,6 +98,8 @@ class HttpEndpoint final : public RemoteEndpoint {
     if (status == 405 || status == 501)
       hint = std::string(" (the server does not take ") + method + ": for nginx, dav_methods PUT; create_full_put_path on;)";
     if (status == 409) hint = " (a folder on the way is missing: for nginx, create_full_put_path on;)";
+    if (status == 400 && m_options.layout == "bazel")
+      hint = " (bazel-remote checks /ac/ entries are ActionResults: start it with --disable_http_ac_validation)";
     return unavailable(label() + ": " + method + " " + object_path(name) + " answered HTTP " + std::to_string(status) + hint);
   }
 

@@ -391,17 +391,20 @@ Status Store::put(const ArtifactRecord& r, std::string_view bytes) {
   return publish_locked(record, blob.bytes, blob.content_hash, /*durable=*/true);
 }
 
-Result<Artifact> Store::import(const Hash128& key, std::string_view file) {
-  // Everything the hit path checks, and more, before anything is written: both hashes, the
-  // metadata, and that the blob is the artifact asked for.
+Result<Artifact> check_blob_file(const Hash128& key, std::string_view file) {
   KILN_ASSIGN_OR_RETURN(DecodedBlob decoded, decode_blob(file, /*with_metadata=*/true));
   KILN_ASSIGN_OR_RETURN(ArtifactRecord record, decode_record(decoded.metadata));
   if (record.key != key) return Status(StatusCode::kDataLoss, "the blob holds artifact " + record.key.hex() + ", not " + key.hex());
   if (record.size != decoded.content.size()) return Status(StatusCode::kDataLoss, "the blob's metadata disagrees with its size");
-  std::lock_guard lock(m_mutex);
-  // Not fsynced: the remote still has it, and a blob torn by a crash fails its hash (a miss).
-  KILN_RETURN_IF_ERROR(publish_locked(record, file, blob_content_hash(file), /*durable=*/false));
   return Artifact{std::move(record), std::move(decoded.content)};
+}
+
+Result<Artifact> Store::import(const Hash128& key, std::string_view file) {
+  KILN_ASSIGN_OR_RETURN(Artifact artifact, check_blob_file(key, file));
+  std::lock_guard lock(m_mutex);
+  // Not fsynced: its source still has it, and a blob torn by a crash fails its hash (a miss).
+  KILN_RETURN_IF_ERROR(publish_locked(artifact.record, file, blob_content_hash(file), /*durable=*/false));
+  return artifact;
 }
 
 Status Store::publish_locked(const ArtifactRecord& record, std::string_view file, const Hash128& content_hash, bool durable) {

@@ -71,6 +71,10 @@ struct Artifact {
   std::string bytes;
 };
 
+// A whole blob file from elsewhere, checked as a hit checks it and more: both hashes, its
+// metadata, and that it is the artifact `key` (a swapped blob is kDataLoss).
+Result<Artifact> check_blob_file(const Hash128& key, std::string_view file);
+
 // Counters kept in the index, added to in memory and written in batches.
 enum class Counter { kHitsMemory, kHitsDisk, kHitsRemote, kMisses, kCompiles, kCompileUsSpent, kCompileUsSaved, kEvictions, kRepairs, kCount };
 const char* counter_name(Counter c);  // "hits_memory", ...
@@ -124,10 +128,9 @@ class Store {
   // Publishes the blob, then in one transaction the index row and the input key's
   // manifest; then evicts if the store is past its cap. Storing a key again replaces it.
   Status put(const ArtifactRecord& record, std::string_view bytes);
-  // Stores a blob file as it came from elsewhere (a remote tier) once it passes every check a
-  // hit makes and more: both hashes, its metadata, and that it is the artifact `key` (a
-  // swapped blob is kDataLoss). Its manifest and index row follow as in put(). Returns the
-  // artifact, so the caller need not read it back.
+  // Stores a blob file as it came from elsewhere (a remote tier, a bundle) once it passes
+  // check_blob_file(). Its manifest and index row follow as in put(). Returns the artifact, so
+  // the caller need not read it back.
   Result<Artifact> import(const Hash128& key, std::string_view blob_file);
   Result<std::optional<std::string>> get_manifest(const Hash128& input_key);
   // Writes the manifest of `input_key` alone (its artifact is already here).

@@ -48,6 +48,19 @@ void copy_bundled_specs(const std::string& dst) {
                         std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
 }
 
+void write_variant_specs(const std::string& dir, int n) {
+  copy_bundled_specs(dir);
+  std::string base = read_text(dir + "/vector_add.toml");
+  for (int i = 0; i < n; ++i) {
+    std::string text = base;
+    text.replace(text.find("name = \"vector_add\""), 19, "name = \"variant" + std::to_string(i) + "\"");
+    text.replace(text.find("include_dirs = [\"include\"]"), 26,
+                 "include_dirs = [\"include\"]\ndefines = [\"VARIANT=" + std::to_string(i) + "\"]");
+    std::ofstream(dir + "/variant" + std::to_string(i) + ".toml", std::ios::binary) << text;
+  }
+  for (const std::string& op : bundled_op_names()) std::filesystem::remove(dir + "/" + op + ".toml");
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

@@ -29,6 +29,9 @@ std::vector<std::string> bundled_op_names();
 // Copies the bundled specs/ tree into `dst` (so a test may edit it).
 void copy_bundled_specs(const std::string& dst);
 std::string bundled_spec_dir();
+// `n` distinct ops variant0..variant<n-1> (vector_add with a define each, so each has its own
+// key) and the headers they include, alone in `dir`: work for warm and cluster tests.
+void write_variant_specs(const std::string& dir, int n);
 // tests/specs: ops the tests use (tools/gpu-check-prepare carries their cpu artifacts too).
 std::string test_spec_dir();
 std::string read_text(const std::string& path);

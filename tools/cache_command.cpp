@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "builders/explain.h"
+#include "cache/bundle.h"
 #include "cache/cache_key.h"
 #include "cache/store.h"
 #include "support/units.h"
@@ -26,6 +27,13 @@ commands:
   verify                    read and check every entry; damaged ones are removed (exit 1 if any)
   clear                     remove every entry
   explain SPEC [--target T] why is this op not a hit? names what differs from the nearest entry
+  pack FILE [--op NAME]... [--target T]...
+                            write the artifacts (all, or those of the ops and targets named) and
+                            their header manifests into one portable file, signed when a
+                            cluster secret is configured (remote.secret_file)
+  unpack FILE               check a bundle whole (every object's hashes, and its signature when
+                            a secret is configured), then import it; a damaged bundle is refused
+                            naming the object that failed, and nothing is imported
 
 Every command takes --json. Sizes take units: 512M, 5G.
 )";
@@ -249,6 +257,50 @@ int explain(const ParsedArgs& args, const GlobalOptions& global) {
   return 0;
 }
 
+// The cluster secret, when one is configured; an error when it is configured but unusable.
+Result<std::string> configured_secret(const GlobalOptions& global) {
+  KILN_ASSIGN_OR_RETURN(cache::Settings settings, global.settings());
+  const std::string& file = settings.get(cache::SettingKey::kSecretFile);
+  if (file.empty()) return std::string();
+  return cache::read_secret_file(file);
+}
+
+int pack(const ParsedArgs& args, cache::Store& store, const GlobalOptions& global) {
+  if (args.positional.size() != 2) return usage_error("cache pack takes one file", k_cache_help);
+  auto secret = configured_secret(global);
+  if (!secret.ok()) return fail(secret.status());
+  cache::PackFilter filter{args.all("--op"), args.all("--target")};
+  auto r = cache::pack_bundle(store, args.positional[1], filter, *secret);
+  if (!r.ok()) return fail(r.status());
+  if (args.has("--json")) {
+    std::cout << "{\"file\":" << json_string(args.positional[1]) << ",\"artifacts\":" << r->artifacts << ",\"manifests\":" << r->manifests
+              << ",\"bytes\":" << r->bytes << ",\"signed\":" << (r->signed_objects ? "true" : "false") << "}\n";
+  } else {
+    std::cout << "packed " << r->artifacts << " artifacts and " << r->manifests << " manifests into " << args.positional[1] << " ("
+              << human_size(r->bytes) << (r->signed_objects ? ", signed" : ", unsigned") << ")\n";
+  }
+  if (!r->artifacts) std::cerr << "kiln: warning: nothing in the cache matched: the bundle is empty\n";
+  return 0;
+}
+
+int unpack(const ParsedArgs& args, cache::Store& store, const GlobalOptions& global) {
+  if (args.positional.size() != 2) return usage_error("cache unpack takes one file", k_cache_help);
+  auto secret = configured_secret(global);
+  if (!secret.ok()) return fail(secret.status());
+  auto r = cache::unpack_bundle(store, args.positional[1], *secret);
+  if (!r.ok()) return fail(r.status());
+  if (args.has("--json")) {
+    std::cout << "{\"file\":" << json_string(args.positional[1]) << ",\"artifacts\":" << r->artifacts << ",\"already_here\":"
+              << r->already_here << ",\"manifests\":" << r->manifests << ",\"bytes\":" << r->bytes
+              << ",\"signed\":" << (r->signed_objects ? "true" : "false") << "}\n";
+  } else {
+    std::cout << "imported " << r->artifacts << " artifacts (" << human_size(r->bytes) << ") and " << r->manifests << " manifests from "
+              << args.positional[1] << (r->already_here ? "; " + std::to_string(r->already_here) + " were already here" : "")
+              << (r->signed_objects ? " (every signature checked)" : "") << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_cache(const std::vector<std::string>& argv, const GlobalOptions& global) {
@@ -260,9 +312,11 @@ int cmd_cache(const std::vector<std::string>& argv, const GlobalOptions& global)
   }
   const std::string& sub = args->positional[0];
   if (sub == "explain") return explain(*args, global);
-  if (sub != "stats" && sub != "ls" && sub != "show" && sub != "gc" && sub != "verify" && sub != "clear")
+  if (sub != "stats" && sub != "ls" && sub != "show" && sub != "gc" && sub != "verify" && sub != "clear" && sub != "pack" &&
+      sub != "unpack")
     return usage_error("unknown cache command '" + sub + "'", k_cache_help);
-  if (sub != "show" && args->positional.size() != 1) return usage_error("cache " + sub + " takes no arguments", k_cache_help);
+  if (sub != "show" && sub != "pack" && sub != "unpack" && args->positional.size() != 1)
+    return usage_error("cache " + sub + " takes no arguments", k_cache_help);
   auto store = open_store(global);
   if (!store.ok()) return fail(store.status());
   if (sub == "stats") return stats(*args, **store);
@@ -270,6 +324,8 @@ int cmd_cache(const std::vector<std::string>& argv, const GlobalOptions& global)
   if (sub == "show") return show(*args, **store);
   if (sub == "gc") return gc(*args, **store);
   if (sub == "verify") return verify(*args, **store);
+  if (sub == "pack") return pack(*args, **store, global);
+  if (sub == "unpack") return unpack(*args, **store, global);
   return clear(*args, **store);
 }
 

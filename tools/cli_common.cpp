@@ -66,6 +66,16 @@ std::string age(int64_t t) {
   return std::to_string(d / 86400) + " d ago";
 }
 
+std::string cache_word(const builders::BuildOutcome& o) { return o.cache == builders::CacheOutcome::kCompiled ? "miss" : "hit"; }
+
+std::string cache_text(const builders::BuildOutcome& o) {
+  return o.cache == builders::CacheOutcome::kRemote ? "hit (remote)" : cache_word(o);
+}
+
+std::string cache_json(const builders::BuildOutcome& o) {
+  return "\"cache\":\"" + cache_word(o) + "\",\"source\":\"" + builders::cache_outcome_name(o.cache) + "\"";
+}
+
 Result<cache::Settings> GlobalOptions::settings() const {
   std::map<cache::SettingKey, std::string> flags;
   if (!cache_dir.empty()) flags[cache::SettingKey::kCacheDir] = cache_dir;

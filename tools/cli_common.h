@@ -41,6 +41,15 @@ Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const Gl
 // `kiln doctor` (doctor_command.cpp).
 int cmd_doctor(const std::vector<std::string>& argv, const GlobalOptions& global);
 
+// Whether a build hit: "hit" or "miss"; for people, "hit (remote)" too; for JSON,
+// "cache":"hit","source":"remote" (memory, disk, remote, compiled).
+std::string cache_word(const builders::BuildOutcome& o);
+std::string cache_text(const builders::BuildOutcome& o);
+std::string cache_json(const builders::BuildOutcome& o);
+
+// `kiln warm` (warm_command.cpp).
+int cmd_warm(const std::vector<std::string>& argv, const GlobalOptions& global);
+
 // `kiln config` (config_command.cpp).
 int cmd_config(const std::vector<std::string>& argv, const GlobalOptions& global);
 

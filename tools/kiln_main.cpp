@@ -78,32 +78,6 @@ options:
   --json             print one JSON object instead of text
 )";
 
-constexpr const char* k_warm_help = R"(usage: kiln warm [--target T]... [--spec-dir DIR]... [-j N] [--check] [--json]
-
-Builds every spec in the spec folders for each target, so that later runs only hit the
-cache, and prints a table: op, target, cache (hit/miss), compile ms, check.
-
-options:
-  --target T       a target to build for (repeatable; default: the accelerator's native)
-  --spec-dir DIR   a folder of specs (repeatable; default $KILN_SPEC_PATH or the bundled specs)
-  -j, --jobs N     build N (spec, target) pairs at once (default: one per core)
-  --check          also load each op and run its self-check (native targets only)
-  --json           print a JSON array instead of a table
-)";
-
-bool progress_enabled() {
-  const char* env = std::getenv("KILN_PROGRESS");
-  return (env && *env == '1') || ::isatty(2);
-}
-
-std::string cache_word(const BuildOutcome& o) { return o.cache == CacheOutcome::kCompiled ? "miss" : "hit"; }
-// For people: a remote hit says so.
-std::string cache_text(const BuildOutcome& o) { return o.cache == CacheOutcome::kRemote ? "hit (remote)" : cache_word(o); }
-// For JSON: "cache":"hit","source":"remote".
-std::string cache_json(const BuildOutcome& o) {
-  return "\"cache\":\"" + cache_word(o) + "\",\"source\":\"" + builders::cache_outcome_name(o.cache) + "\"";
-}
-
 void print_warnings(const BuildOutcome& o) {
   for (auto& w : o.warnings) std::cerr << "kiln: warning: " << w << "\n";
 }
@@ -189,137 +163,6 @@ int cmd_run(const std::vector<std::string>& argv, const GlobalOptions& global) {
   return report->passed ? 0 : 1;
 }
 
-struct WarmRow {
-  std::string op, target, cache = "-", source = "-", compile_ms = "-", check = "-";
-  std::string messages;  // for stderr, printed in table order once every row is done
-  bool ok = true;
-};
-
-// One (spec, target) pair of `kiln warm`: the spec file, its parse, the target as given and parsed.
-struct WarmItem {
-  const std::string* file;
-  const Result<builders::OpSpec>* spec;
-  const std::string* target_text;
-  const builders::Target* target;
-};
-
-// Builds (and with `check`, self-checks) one spec for one target.
-WarmRow warm_one(builders::Ops& ops, const WarmItem& item, bool check) {
-  WarmRow row;
-  row.op = *item.file;
-  row.target = *item.target_text;
-  const auto& spec = *item.spec;
-  const builders::Target& target = *item.target;
-  auto fail_row = [&](const std::string& word, const std::string& message) {
-    row.check = word;
-    row.messages += message;
-    row.ok = false;
-    return row;
-  };
-  if (!spec.ok()) return fail_row("BAD SPEC", "kiln: error: " + spec.status().message() + "\n");
-  row.op = spec->name;
-  row.target = target.str();
-  auto outcome = ops.build(*spec, target);
-  if (!outcome.ok()) return fail_row("ERROR", "kiln: error: " + spec->name + ": " + outcome.status().message() + "\n");
-  for (auto& w : outcome->warnings) row.messages += "kiln: warning: " + w + "\n";
-  row.cache = cache_word(*outcome);
-  row.source = builders::cache_outcome_name(outcome->cache);
-  row.compile_ms = outcome->cache == CacheOutcome::kCompiled ? fixed(outcome->compile_ms) : "0.0";
-  if (!outcome->success) return fail_row("COMPILE ERROR", outcome->diagnostics_text());
-  if (!check) return row;
-  if (!spec->check) {
-    row.check = "no check";
-    return row;
-  }
-  if (auto acc = ops.accelerator_for(target);
-      !acc.ok() || !(*acc)->can_load(builders::artifact_kind_for(target), builders::effective_target(spec->flags, target).str()).ok()) {
-    row.check = "not runnable here";
-    return row;
-  }
-  // The artifact is in the cache now: get() loads it from there.
-  auto op = ops.get(spec->name, target.str());
-  auto report = op.ok() ? builders::run_self_check(ops, **op) : Result<builders::CheckReport>(op.status());
-  if (!report.ok()) return fail_row("ERROR", "kiln: error: " + spec->name + ": " + report.status().message() + "\n");
-  if (!report->passed) return fail_row("FAILED", "kiln: " + spec->name + ": " + report->message + "\n");
-  row.check = "ok";
-  return row;
-}
-
-int cmd_warm(const std::vector<std::string>& argv, const GlobalOptions& global) {
-  auto args = parse_args(argv, {"--target", "--spec-dir", "-j", "--jobs"}, {"--check", "--json", "--help", "-h"});
-  if (!args.ok()) return usage_error(args.status().message(), k_warm_help);
-  if (args->has("--help") || args->has("-h")) return std::cout << k_warm_help, 0;
-  if (!args->positional.empty()) return usage_error("warm takes no positional arguments", k_warm_help);
-  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
-  if (auto j = args->value("-j", args->value("--jobs")); !j.empty()) {
-    char* end = nullptr;
-    long n = std::strtol(j.c_str(), &end, 10);
-    if (!end || *end || n < 1 || n > 256) return usage_error("-j needs a number of jobs from 1 to 256, not '" + j + "'", k_warm_help);
-    jobs = static_cast<unsigned>(n);
-  }
-  auto ops_result = make_ops(*args, global);
-  if (!ops_result.ok()) return fail(ops_result.status());
-  builders::Ops& ops = **ops_result;
-  std::vector<std::string> targets = args->all("--target");
-  if (targets.empty()) targets.push_back(ops.accelerator().native_target());
-  std::vector<builders::Target> parsed_targets;
-  for (auto& t : targets) {
-    auto parsed = builders::parse_target(t);
-    if (!parsed.ok()) return usage_error(parsed.status().message(), k_warm_help);
-    parsed_targets.push_back(*parsed);
-  }
-  std::vector<std::string> files = ops.spec_files();
-  if (files.empty()) return fail(not_found("no specs (*.toml) in the spec folders"));
-  std::vector<Result<builders::OpSpec>> specs;
-  for (auto& file : files) specs.push_back(builders::parse_spec_file(file));
-
-  // Every (spec, target) is independent: `jobs` threads take them in order, as ninja -jN
-  // would run compilers, but in one process that loads each compiler once.
-  std::vector<WarmItem> work;
-  for (size_t f = 0; f < files.size(); ++f)
-    for (size_t t = 0; t < targets.size(); ++t) work.push_back({&files[f], &specs[f], &targets[t], &parsed_targets[t]});
-  std::vector<WarmRow> rows(work.size());
-  std::atomic<size_t> next{0};
-  std::mutex progress_mutex;
-  size_t started = 0;
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < work.size();) {
-      if (progress_enabled()) {
-        std::lock_guard lock(progress_mutex);
-        const std::string& file = *work[i].file;
-        std::cerr << "[" << ++started << "/" << work.size() << "] " << file.substr(file.find_last_of('/') + 1) << " for "
-                  << *work[i].target_text << "\n";
-      }
-      rows[i] = warm_one(ops, work[i], args->has("--check"));
-    }
-  };
-  std::vector<std::thread> threads;
-  for (unsigned t = 1; t < std::min<size_t>(jobs, work.size()); ++t) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
-  bool all_ok = true;
-  for (auto& r : rows) {
-    std::cerr << r.messages;
-    all_ok = all_ok && r.ok;
-  }
-  if (args->has("--json")) {
-    std::cout << "[";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      auto& r = rows[i];
-      std::cout << (i ? ",\n " : "") << "{\"op\":" << json_string(r.op) << ",\"target\":" << json_string(r.target)
-                << ",\"cache\":" << json_string(r.cache) << ",\"source\":" << json_string(r.source) << ",\"compile_ms\":" << (r.compile_ms == "-" ? "null" : r.compile_ms)
-                << ",\"check\":" << json_string(r.check) << "}";
-    }
-    std::cout << "]\n";
-  } else {
-    std::printf("%-16s %-16s %-12s %11s  %s\n", "op", "target", "cache", "compile ms", "check");
-    for (auto& r : rows)
-      std::printf("%-16s %-16s %-12s %11s  %s\n", r.op.c_str(), r.target.c_str(),
-                  (r.source == "remote" ? "hit (remote)" : r.cache).c_str(), r.compile_ms.c_str(), r.check.c_str());
-  }
-  return all_ok ? 0 : 1;
-}
-
 int cmd_toolchains(const std::vector<std::string>& argv) {
   auto args = parse_args(argv, {}, {"--json", "--help", "-h"});
   if (!args.ok() || !args->positional.empty()) return usage_error("usage: kiln toolchains [--json]", k_main_help);
@@ -391,7 +234,7 @@ int run_main(int argc, char** argv) {
     std::string topic = rest.empty() ? "" : rest[0];
     if (topic == "build") return std::cout << k_build_help, 0;
     if (topic == "run") return std::cout << k_run_help, 0;
-    if (topic == "warm") return std::cout << k_warm_help, 0;
+    if (topic == "warm") return cmd_warm({"--help"}, global);
     if (topic == "cache") return std::cout << k_cache_help, 0;
     if (topic == "doctor") return cmd_doctor({"--help"}, global);
     if (topic == "config") return cmd_config({"--help"}, global);

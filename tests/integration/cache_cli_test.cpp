@@ -29,23 +29,9 @@ int64_t json_int(const std::string& json, const std::string& field) {
   return std::stoll(m[1]);
 }
 
-// Ten ops that differ only in a define, so ten different keys.
-void write_variants(const testing::TempDir& specs, int n) {
-  testing::copy_bundled_specs(specs.path());
-  std::string base = testing::read_text(specs / "vector_add.toml");
-  for (int i = 0; i < n; ++i) {
-    std::string text = base;
-    text.replace(text.find("name = \"vector_add\""), 19, "name = \"variant" + std::to_string(i) + "\"");
-    text.replace(text.find("include_dirs = [\"include\"]"), 26,
-                 "include_dirs = [\"include\"]\ndefines = [\"VARIANT=" + std::to_string(i) + "\"]");
-    specs.write("variant" + std::to_string(i) + ".toml", text);
-  }
-  for (const std::string& op : testing::bundled_op_names()) ::unlink((specs / (op + ".toml")).c_str());
-}
-
 TEST(CacheCliTest, EightProcessesFiftyRequestsTenKeysCompileTenTimes) {
   testing::TempDir specs, cache;
-  write_variants(specs, 10);
+  testing::write_variant_specs(specs.path(), 10);
   std::vector<pid_t> children;
   for (int p = 0; p < 8; ++p) {
     pid_t pid = ::fork();

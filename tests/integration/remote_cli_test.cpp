@@ -30,19 +30,6 @@ using Clock = std::chrono::steady_clock;
   if (NginxServer::binary().empty()) GTEST_SKIP() << "nginx with WebDAV is not installed (scripts/setup installs it)"
 
 // Ops that differ only in a define: distinct keys that compile fast.
-void write_variants(const TempDir& specs, int n) {
-  testing::copy_bundled_specs(specs.path());
-  std::string base = testing::read_text(specs / "vector_add.toml");
-  for (int i = 0; i < n; ++i) {
-    std::string text = base;
-    text.replace(text.find("name = \"vector_add\""), 19, "name = \"variant" + std::to_string(i) + "\"");
-    text.replace(text.find("include_dirs = [\"include\"]"), 26,
-                 "include_dirs = [\"include\"]\ndefines = [\"VARIANT=" + std::to_string(i) + "\"]");
-    specs.write("variant" + std::to_string(i) + ".toml", text);
-  }
-  for (const std::string& op : testing::bundled_op_names()) ::unlink((specs / (op + ".toml")).c_str());
-}
-
 struct Node {
   std::string cache;
   std::map<std::string, std::string> env;
@@ -108,7 +95,7 @@ TEST_F(RemoteCliTest, SixNodesStartingTogetherCompileEachKeyOnce) {
   RedisServer redis(m_server_dir.path());
   TempDir web;
   NginxServer nginx(web.path());
-  write_variants(m_specs, 6);
+  testing::write_variant_specs(m_specs.path(), 6);
   std::string remote = redis.url() + " " + nginx.url();
   auto cluster = nodes(6);
   std::vector<std::vector<std::string>> commands;
@@ -130,7 +117,11 @@ TEST_F(RemoteCliTest, SixNodesStartingTogetherCompileEachKeyOnce) {
     EXPECT_EQ(remote_hits[op], 5) << op;
   }
   // Both tiers hold what was published; every node's cache checks out and its ops run.
-  EXPECT_GT(tier_counter(cluster[0], "published") + tier_counter(cluster[1], "published"), 0);
+  // Which nodes compiled is up to the race, so sum over all of them: six keys, six publications
+  // to each of the two tiers.
+  int64_t published = 0;
+  for (auto& n : cluster) published += tier_counter(n, "published");
+  EXPECT_GE(published, 6);
   for (auto& n : cluster) {
     auto verify = run_process({testing::kiln_binary(), "--cache-dir", n.cache, "cache", "verify"});
     EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
@@ -145,7 +136,7 @@ TEST_F(RemoteCliTest, SixNodesStartingTogetherCompileEachKeyOnce) {
 TEST_F(RemoteCliTest, ARedisKilledMidRunCostsNoOpAndIsUsedAgainOnceBack) {
   REQUIRE_REDIS();
   RedisServer redis(m_server_dir.path());
-  write_variants(m_specs, 8);
+  testing::write_variant_specs(m_specs.path(), 8);
   auto cluster = nodes(4, {{"KILN_REMOTE_TIMEOUT", "0.5"}});
   std::vector<std::vector<std::string>> commands;
   std::vector<std::map<std::string, std::string>> envs;
@@ -174,7 +165,7 @@ TEST_F(RemoteCliTest, ARedisKilledMidRunCostsNoOpAndIsUsedAgainOnceBack) {
 TEST_F(RemoteCliTest, ArtifactsSignedWithAnotherSecretOrNotSignedAreRefusedAndCounted) {
   REQUIRE_REDIS();
   RedisServer redis(m_server_dir.path());
-  write_variants(m_specs, 2);
+  testing::write_variant_specs(m_specs.path(), 2);
   TempDir secrets;
   auto a = nodes(1, {{"KILN_REMOTE_SECRET_FILE", secret_file(secrets, "one", "first secret")}})[0];
   auto b = nodes(1, {{"KILN_REMOTE_SECRET_FILE", secret_file(secrets, "two", "second secret")}})[0];
@@ -198,7 +189,7 @@ TEST_F(RemoteCliTest, ArtifactsSignedWithAnotherSecretOrNotSignedAreRefusedAndCo
 TEST_F(RemoteCliTest, SwappedAndCorruptedArtifactsAreRefusedAndTheOpsStillRun) {
   REQUIRE_REDIS();
   RedisServer redis(m_server_dir.path());
-  write_variants(m_specs, 2);
+  testing::write_variant_specs(m_specs.path(), 2);
   auto publisher = nodes(1)[0];
   ASSERT_EQ(run_process(publisher.kiln(redis.url(), {"warm", "--spec-dir", m_specs.path()})).exit_code, 0);
   // The artifact keys, from the publisher's own cache.
@@ -236,7 +227,7 @@ TEST_F(RemoteCliTest, ASilentOrAbsentRemoteCostsOneShortTimeoutPerProcess) {
   RedisServer redis(m_server_dir.path());
   FaultProxy silent(redis.port());
   silent.set(FaultProxy::Fault::kSilent);
-  write_variants(m_specs, 4);
+  testing::write_variant_specs(m_specs.path(), 4);
   auto alone = nodes(1)[0];
   auto start = Clock::now();
   ASSERT_EQ(run_process(alone.kiln("", {"warm", "--spec-dir", m_specs.path(), "-j", "1"})).exit_code, 0);
@@ -268,7 +259,7 @@ TEST_F(RemoteCliTest, AProcessWhoseOpsAreAllLocalNeverContactsTheRemote) {
   REQUIRE_REDIS();
   RedisServer redis(m_server_dir.path());
   FaultProxy counting(redis.port());
-  write_variants(m_specs, 1);
+  testing::write_variant_specs(m_specs.path(), 1);
   auto node = nodes(1)[0];
   std::string spec = m_specs / "variant0.toml";
   ASSERT_EQ(run_process(node.kiln(counting.url("redis"), {"build", spec})).exit_code, 0);
@@ -311,7 +302,7 @@ TEST_F(RemoteCliTest, DoctorShowsEachTierAndConfigShowsWhereSettingsCameFrom) {
   EXPECT_EQ(loose.exit_code, 1);
   EXPECT_NE(loose.out.find("NOT USABLE"), std::string::npos) << loose.out;
   // A build with that secret file runs, without the remote, and says why.
-  write_variants(m_specs, 1);
+  testing::write_variant_specs(m_specs.path(), 1);
   auto build = run_process({testing::kiln_binary(), "--cache-dir", node.cache, "build", m_specs / "variant0.toml"}, env);
   EXPECT_EQ(build.exit_code, 0) << build.err;
   EXPECT_NE(build.err.find("remote cache tiers are off"), std::string::npos) << build.err;
