@@ -6,6 +6,7 @@
 
 #include "cache/cache_key.h"
 #include "kiln/cpu_kernel.h"
+#include "support/install_paths.h"
 #include "support/file_memo.h"
 #include "support/file_util.h"
 
@@ -32,11 +33,14 @@ Status is_compatible(const OpSpec& spec, const Target& target) {
 
 std::string cpu_device_include_dir() {
   if (const char* env = std::getenv("KILN_CPU_INCLUDE_DIR"); env && *env) return absolute_path(env);
+  // Installed: the kernel ABI headers under share/kiln (support/install_paths.h).
+  if (const std::string& data = installed_data_dir(); !data.empty()) return data + "/include/cpu";
   return KILN_CPU_DEVICE_INCLUDE_DIR;
 }
 
 std::string cuda_device_include_dir() {
   if (const char* env = std::getenv("KILN_CUDA_INCLUDE_DIR"); env && *env) return absolute_path(env);
+  if (const std::string& data = installed_data_dir(); !data.empty()) return data + "/include/cuda";
   return KILN_CUDA_DEVICE_INCLUDE_DIR;
 }
 

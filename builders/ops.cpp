@@ -14,6 +14,7 @@
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "jit/toolchain_loader.h"
 #include "runtime/registry.h"
+#include "support/install_paths.h"
 #include "support/file_memo.h"
 #include "support/file_util.h"
 #include "support/log.h"
@@ -62,26 +63,30 @@ Ops::~Ops() {
   (void)FileMemo::instance().save();
 }
 
-std::string Ops::bundled_spec_dir() { return KILN_BUNDLED_SPEC_DIR; }
+std::string Ops::bundled_spec_dir() {
+  if (const std::string& data = installed_data_dir(); !data.empty()) return data + "/specs";
+  return KILN_BUNDLED_SPEC_DIR;
+}
+
+std::vector<std::string> Ops::default_spec_dirs() {
+  std::vector<std::string> dirs;
+  const char* env = std::getenv("KILN_SPEC_PATH");
+  if (!env || !*env) return {bundled_spec_dir()};
+  std::string all = env;
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t end = all.find(':', start);
+    std::string dir = all.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!dir.empty()) dirs.push_back(absolute_path(dir));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return dirs;
+}
 
 Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
   std::unique_ptr<Ops> ops(new Ops);
-  ops->m_spec_dirs = options.spec_dirs;
-  if (ops->m_spec_dirs.empty()) {
-    if (const char* env = std::getenv("KILN_SPEC_PATH"); env && *env) {
-      std::string all = env;
-      size_t start = 0;
-      while (start <= all.size()) {
-        size_t end = all.find(':', start);
-        std::string dir = all.substr(start, end == std::string::npos ? std::string::npos : end - start);
-        if (!dir.empty()) ops->m_spec_dirs.push_back(absolute_path(dir));
-        if (end == std::string::npos) break;
-        start = end + 1;
-      }
-    } else {
-      ops->m_spec_dirs.push_back(bundled_spec_dir());
-    }
-  }
+  ops->m_spec_dirs = options.spec_dirs.empty() ? default_spec_dirs() : options.spec_dirs;
   std::map<cache::SettingKey, std::string> flags;
   if (!options.cache_dir.empty()) flags[cache::SettingKey::kCacheDir] = options.cache_dir;
   if (options.remote) flags[cache::SettingKey::kRemoteTiers] = *options.remote;
@@ -551,6 +556,16 @@ Result<runtime::Accelerator*> Ops::accelerator_for(const Target& target) {
 
 Result<std::shared_ptr<LoadedOp>> Ops::load(const std::string& name, const Target& target) {
   KILN_ASSIGN_OR_RETURN(OpSpec spec, find_spec(name));
+  return load_spec(std::move(spec), target);
+}
+
+Result<std::shared_ptr<LoadedOp>> Ops::load_spec(OpSpec spec, const std::string& target_text) {
+  KILN_ASSIGN_OR_RETURN(Target target, parse_target(target_text.empty() ? m_accelerator->native_target() : target_text));
+  return load_spec(std::move(spec), target);
+}
+
+Result<std::shared_ptr<LoadedOp>> Ops::load_spec(OpSpec spec, const Target& target) {
+  const std::string name = spec.name;
   KILN_ASSIGN_OR_RETURN(runtime::Accelerator * accelerator, accelerator_for(target));
   // An artifact this device cannot run (a CPU level it lacks, a newer GPU) is refused before
   // it is even looked up.

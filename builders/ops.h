@@ -126,6 +126,10 @@ class Ops {
   // Loaded op for `target` ("" = the accelerator's native target).
   Result<std::shared_ptr<LoadedOp>> get(const std::string& op, const std::string& target = "");
 
+  // Builds (or finds) and loads a spec that is not in the spec folders (one given as a string
+  // to the C++ API). Not memoized by name: the caller keeps what it returns.
+  Result<std::shared_ptr<LoadedOp>> load_spec(OpSpec spec, const std::string& target = "");
+
   // The op builder for `op` ("" target = the accelerator's native target); kNotFound when no
   // spec has that name. get_op_builder is find_spec: the spec is the builder's "class".
   Result<OpBuilder> create_op_builder(const std::string& op, const std::string& target = "");
@@ -159,10 +163,13 @@ class Ops {
   const std::vector<std::string>& spec_dirs() const { return m_spec_dirs; }
 
   static std::string bundled_spec_dir();
+  // $KILN_SPEC_PATH's folders (':'-separated), else the bundled specs.
+  static std::vector<std::string> default_spec_dirs();
 
  private:
   Ops() = default;
   Result<std::shared_ptr<LoadedOp>> load(const std::string& op, const Target& target);
+  Result<std::shared_ptr<LoadedOp>> load_spec(OpSpec spec, const Target& target);
   // The artifact key the stored manifest of `input` leads to with the headers as they are
   // now; nullopt without a cache, a manifest, or when a header it names is gone.
   std::optional<Hash128> artifact_key_from_manifest(const OpSpec& spec, const KeyParts& input);

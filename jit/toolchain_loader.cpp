@@ -14,6 +14,7 @@
 #include "support/cuda_toolkit.h"
 #include "support/file_memo.h"
 #include "support/file_util.h"
+#include "support/install_paths.h"
 #include "support/hash.h"
 
 namespace kiln::jit {
@@ -23,22 +24,15 @@ constexpr const char* k_library_name = "libkiln_jit_clang.so";
 
 bool file_exists(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
 
-// The folder of the binary this code is linked into (the kiln program or a test).
-std::string own_binary_dir() {
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&own_binary_dir), &info) && info.dli_fname) {
-    return dirname_of(absolute_path(info.dli_fname));
-  }
-  return ".";
-}
-
 }  // namespace
 
 std::string clang_toolchain_library_path() {
   if (const char* env = std::getenv("KILN_JIT_LIBRARY"); env && *env) return env;
-  std::string dir = own_binary_dir();
+  std::string dir = own_object_dir();
+  // Beside a build tree's bin/ (lib/), or installed: from <prefix>/bin/kiln or from
+  // <prefix>/lib/libkiln.so, <prefix>/lib/kiln/ (support/install_paths.h).
   for (const std::string& candidate : {dir + "/../lib/" + k_library_name, dir + "/" + k_library_name,
-                                       dir + "/../lib/kiln/" + k_library_name}) {
+                                       dir + "/../lib/kiln/" + k_library_name, dir + "/kiln/" + k_library_name}) {
     if (file_exists(candidate)) return absolute_path(candidate);
   }
   return KILN_JIT_BUILD_PATH;

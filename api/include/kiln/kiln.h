@@ -1,0 +1,274 @@
+// kiln's C++ API: the one header an application includes to use ops.
+//
+//   kiln::Context ctx;                                   // the accelerator here, the cache
+//   kiln::Op add = ctx.op("vector_add");                 // found by name; compiled on first use
+//   auto a = ctx.buffer<float>(n), b = ctx.buffer<float>(n), out = ctx.buffer<float>(n);
+//   a.upload(host_a); b.upload(host_b);
+//   add.launch({kiln::cdiv(n, 256), 256}, a.data(), b.data(), out.data(), int64_t(n));
+//   ctx.synchronize();
+//   std::vector<float> result = out.download();
+//
+// Arguments are checked against the parameter list in the op's spec before anything runs: a
+// wrong count or a wrong type throws kiln::Error naming the parameter. A compile error throws
+// kiln::Error carrying the compiler's diagnostics (file, line, column). Every artifact goes
+// through kiln's cache, so the second process that asks for an op compiles nothing.
+//
+// This header needs C++17 and nothing but the standard library; link with kiln::kiln
+// (find_package(kiln)) or `pkg-config --libs kiln`. Thread-safety: a Context and its Ops may
+// be used from any thread; concurrent first uses of one op compile it once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#define KILN_API __attribute__((visibility("default")))
+
+namespace kiln {
+
+// One message from a compiler, as it printed it.
+struct Diagnostic {
+  std::string severity;  // "error", "warning", "note", "fatal"
+  std::string file;      // empty when the message has no location
+  unsigned line = 0, column = 0;
+  std::string message;
+};
+
+// What every kiln call throws. code() is one word ("not_found", "invalid_argument",
+// "compile_error", "unavailable", ...); what() is the whole message, diagnostics included.
+class KILN_API Error : public std::runtime_error {
+ public:
+  Error(std::string code, const std::string& message, std::vector<Diagnostic> diagnostics = {});
+  const std::string& code() const noexcept { return m_code; }
+  const std::vector<Diagnostic>& diagnostics() const noexcept { return m_diagnostics; }
+
+ private:
+  std::string m_code;
+  std::vector<Diagnostic> m_diagnostics;
+};
+
+// Element types for half-precision buffers: the same bits as the kernels' half and bfloat16.
+struct float16 {
+  uint16_t bits;
+};
+struct bfloat16 {
+  uint16_t bits;
+};
+
+struct Dim3 {
+  Dim3(uint32_t x_ = 1, uint32_t y_ = 1, uint32_t z_ = 1) : x(x_), y(y_), z(z_) {}
+  uint32_t x, y, z;
+};
+
+// Blocks of `block` needed to cover n items (ceil(n / block)).
+inline uint32_t cdiv(uint64_t n, uint64_t block) { return static_cast<uint32_t>((n + block - 1) / block); }
+
+class Stream;
+
+// The shape of one launch: grid, block, dynamic shared memory per block, and the stream
+// (nullptr: the calling thread's current stream).
+struct Launch {
+  Launch(Dim3 grid_, Dim3 block_, uint32_t shared_bytes_ = 0, Stream* stream_ = nullptr)
+      : grid(grid_), block(block_), shared_bytes(shared_bytes_), stream(stream_) {}
+  Dim3 grid, block;
+  uint32_t shared_bytes;
+  Stream* stream;
+};
+
+// One launch argument with its C++ type, so that it can be checked against the spec.
+class KILN_API Arg {
+ public:
+  enum class Kind : uint8_t { kPointer, kBool, kInt8, kUInt8, kInt16, kUInt16, kInt32, kUInt32, kInt64, kUInt64, kFloat16, kBFloat16, kFloat, kDouble, kVoid };
+
+  template <class T, std::enable_if_t<std::is_arithmetic_v<T> || std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>, int> = 0>
+  Arg(T value) : m_kind(kind_of<T>()) {  // NOLINT: implicit on purpose (launch(..., n))
+    static_assert(sizeof(T) <= sizeof(m_value));
+    std::memcpy(m_value, &value, sizeof(T));
+    m_size = sizeof(T);
+  }
+  template <class T>
+  Arg(T* pointer)  // NOLINT
+      : m_kind(Kind::kPointer), m_pointee(kind_of<std::remove_cv_t<T>>()), m_const(std::is_const_v<T>) {
+    const void* p = pointer;
+    std::memcpy(m_value, &p, sizeof p);
+    m_size = sizeof p;
+  }
+
+  Kind kind() const { return m_kind; }
+  Kind pointee() const { return m_pointee; }  // kVoid for void*, which any pointer parameter takes
+  bool pointee_const() const { return m_const; }
+  const void* value() const { return m_value; }
+  size_t size() const { return m_size; }
+  // The C++ spelling of the type, for messages ("const float*", "int32_t").
+  std::string type_name() const;
+
+ private:
+  template <class T>
+  static constexpr Kind kind_of() {
+    if constexpr (std::is_same_v<T, bool>) return Kind::kBool;
+    else if constexpr (std::is_same_v<T, float16>) return Kind::kFloat16;
+    else if constexpr (std::is_same_v<T, bfloat16>) return Kind::kBFloat16;
+    else if constexpr (std::is_same_v<T, float>) return Kind::kFloat;
+    else if constexpr (std::is_same_v<T, double>) return Kind::kDouble;
+    else if constexpr (std::is_integral_v<T>) {
+      constexpr bool s = std::is_signed_v<T>;
+      if constexpr (sizeof(T) == 1) return s ? Kind::kInt8 : Kind::kUInt8;
+      else if constexpr (sizeof(T) == 2) return s ? Kind::kInt16 : Kind::kUInt16;
+      else if constexpr (sizeof(T) == 4) return s ? Kind::kInt32 : Kind::kUInt32;
+      else return s ? Kind::kInt64 : Kind::kUInt64;
+    } else return Kind::kVoid;  // void, or a type kiln does not know: only void* parameters take it
+  }
+
+  Kind m_kind;
+  Kind m_pointee = Kind::kVoid;
+  bool m_const = false;
+  size_t m_size = 0;
+  alignas(8) unsigned char m_value[8] = {};
+};
+
+// A parameter of an entry point, as its spec declares it.
+struct Param {
+  std::string type;  // "const float*", "int64_t"
+  std::string name;
+};
+
+class Context;
+
+// An op of one Context, for that Context's accelerator. Cheap to copy; copies share the
+// loaded code. It stays usable as long as its Context lives.
+class KILN_API Op {
+ public:
+  const std::string& name() const;
+  std::string target() const;  // what it is built for: "cpu:x86-64-v3", "cuda:sm_90"
+  // The entry points and their parameters (the first entry is the default one).
+  std::vector<std::string> entries() const;
+  std::vector<Param> params(std::string_view entry = "") const;
+
+  // Ahead of time: compiles it now (or finds it in the cache) and loads it. Launching does the
+  // same on first use. Throws Error("compile_error") with the diagnostics.
+  void build();
+  bool loaded() const;
+  // Where the code came from once built: "memory", "disk", "remote" or "compiled".
+  std::string cache_source() const;
+
+  // Launches the default entry, or `entry`, with typed arguments.
+  template <class... Args>
+  void launch(const Launch& config, Args&&... args) {
+    const Arg list[] = {Arg(args)..., Arg(0)};
+    launch_args("", config, list, sizeof...(Args));
+  }
+  template <class... Args>
+  void launch_entry(std::string_view entry, const Launch& config, Args&&... args) {
+    const Arg list[] = {Arg(args)..., Arg(0)};
+    launch_args(entry, config, list, sizeof...(Args));
+  }
+  void launch_args(std::string_view entry, const Launch& config, const Arg* args, size_t count);
+
+  struct Impl;
+
+ private:
+  friend class Context;
+  explicit Op(std::shared_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+  std::shared_ptr<Impl> m_impl;
+};
+
+// An in-order queue of work on the Context's accelerator.
+class KILN_API Stream {
+ public:
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  void synchronize();
+  struct Impl;
+
+ private:
+  friend class Context;
+  friend class Op;
+  explicit Stream(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+template <class T>
+class Buffer;
+
+struct Options {
+  // Folders searched for <op>.toml before the bundled specs (then $KILN_SPEC_PATH's).
+  std::vector<std::string> spec_dirs;
+  std::string cache_dir;    // empty: the cache_dir setting (KILN_CACHE_DIR, config file, ~/.cache/kiln)
+  std::string accelerator;  // "cpu", "cuda"; empty: KILN_ACCELERATOR or the best one here
+};
+
+// The accelerator, the spec folders and the cache: one per process is the usual case.
+class KILN_API Context {
+ public:
+  explicit Context(const Options& options = {});
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  std::string accelerator() const;    // "cpu", "cuda"
+  std::string native_target() const;  // what ops build for unless told: "cpu:x86-64-v3"
+
+  // The op of that name from the spec folders. Throws Error("not_found") naming the folders
+  // searched, or Error("invalid_spec") with the file and line of what is wrong in its spec.
+  Op op(const std::string& name, const std::string& target = "");
+  // An op whose spec is given as text; relative paths in it (sources, include_dirs) are
+  // relative to `base_dir`.
+  Op op_from_spec(const std::string& toml, const std::string& base_dir, const std::string& target = "");
+
+  // Device memory.
+  void* allocate(size_t bytes);
+  void deallocate(void* pointer) noexcept;
+  void copy(void* dst, const void* src, size_t bytes);  // any direction; synchronous
+  template <class T>
+  Buffer<T> buffer(size_t count) {
+    return Buffer<T>(*this, count);
+  }
+
+  std::unique_ptr<Stream> create_stream();
+  void synchronize();  // waits for every stream
+
+  struct Impl;
+
+ private:
+  friend class Op;
+  std::unique_ptr<Impl> m_impl;
+};
+
+// `count` elements of T in the Context's device memory, freed on destruction.
+template <class T>
+class Buffer {
+ public:
+  Buffer(Context& ctx, size_t count) : m_ctx(&ctx), m_count(count), m_data(static_cast<T*>(ctx.allocate(count * sizeof(T)))) {}
+  ~Buffer() {
+    if (m_data) m_ctx->deallocate(m_data);
+  }
+  Buffer(Buffer&& other) noexcept : m_ctx(other.m_ctx), m_count(other.m_count), m_data(other.m_data) { other.m_data = nullptr; }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  T* data() const { return m_data; }
+  size_t size() const { return m_count; }
+  void upload(const std::vector<T>& host) {
+    if (host.size() != m_count) throw Error("invalid_argument", "upload of " + std::to_string(host.size()) + " elements into a buffer of " + std::to_string(m_count));
+    m_ctx->copy(m_data, host.data(), m_count * sizeof(T));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(m_count);
+    m_ctx->copy(host.data(), m_data, m_count * sizeof(T));
+    return host;
+  }
+
+ private:
+  Context* m_ctx;
+  size_t m_count;
+  T* m_data;
+};
+
+}  // namespace kiln

@@ -1,0 +1,330 @@
+// <kiln/kiln.h> over the ops API (builders/ops.h): the public types hold the internal ones
+// behind pointers, so the header needs nothing but the standard library and libkiln.so
+// exports nothing but these classes (everything linked into it is hidden: -Wl,--exclude-libs).
+#include "kiln/kiln.h"
+
+#include <array>
+#include <atomic>
+#include <mutex>
+
+#include "builders/ops.h"
+#include "builders/spec.h"
+#include "builders/target.h"
+#include "runtime/registry.h"
+#include "support/file_util.h"
+
+namespace kiln {
+namespace {
+
+const char* public_severity(jit::Diagnostic::Severity s) {
+  switch (s) {
+    case jit::Diagnostic::Severity::kNote: return "note";
+    case jit::Diagnostic::Severity::kWarning: return "warning";
+    case jit::Diagnostic::Severity::kError: return "error";
+    case jit::Diagnostic::Severity::kFatal: return "fatal";
+  }
+  return "error";
+}
+
+[[noreturn]] void throw_status(const Status& status, std::vector<Diagnostic> diagnostics = {}) {
+  std::string code = status_code_name(status.code());  // "not found" -> "not_found"
+  for (char& c : code) c = c == ' ' ? '_' : c;
+  throw Error(code, status.message(), std::move(diagnostics));
+}
+
+template <class T>
+T value_or_throw(Result<T> result) {
+  if (!result.ok()) throw_status(result.status());
+  return std::move(result).value();
+}
+
+void check(const Status& status) {
+  if (!status.ok()) throw_status(status);
+}
+
+Arg::Kind kind_of(builders::ScalarType t) {
+  using S = builders::ScalarType;
+  using K = Arg::Kind;
+  switch (t) {
+    case S::kBool: return K::kBool;
+    case S::kInt8: return K::kInt8;
+    case S::kUInt8: return K::kUInt8;
+    case S::kInt16: return K::kInt16;
+    case S::kUInt16: return K::kUInt16;
+    case S::kInt32: return K::kInt32;
+    case S::kUInt32: return K::kUInt32;
+    case S::kInt64: return K::kInt64;
+    case S::kUInt64: return K::kUInt64;
+    case S::kFloat16: return K::kFloat16;
+    case S::kBFloat16: return K::kBFloat16;
+    case S::kFloat: return K::kFloat;
+    case S::kDouble: return K::kDouble;
+    case S::kVoid: return K::kVoid;
+  }
+  return K::kVoid;
+}
+
+const char* kind_name(Arg::Kind k) {
+  using K = Arg::Kind;
+  switch (k) {
+    case K::kPointer: return "pointer";
+    case K::kBool: return "bool";
+    case K::kInt8: return "int8_t";
+    case K::kUInt8: return "uint8_t";
+    case K::kInt16: return "int16_t";
+    case K::kUInt16: return "uint16_t";
+    case K::kInt32: return "int32_t";
+    case K::kUInt32: return "uint32_t";
+    case K::kInt64: return "int64_t";
+    case K::kUInt64: return "uint64_t";
+    case K::kFloat16: return "kiln::float16";
+    case K::kBFloat16: return "kiln::bfloat16";
+    case K::kFloat: return "float";
+    case K::kDouble: return "double";
+    case K::kVoid: return "void";
+  }
+  return "?";
+}
+
+bool is_signed_int(Arg::Kind k) {
+  return k == Arg::Kind::kInt8 || k == Arg::Kind::kInt16 || k == Arg::Kind::kInt32 || k == Arg::Kind::kInt64;
+}
+bool is_unsigned_int(Arg::Kind k) {
+  return k == Arg::Kind::kUInt8 || k == Arg::Kind::kUInt16 || k == Arg::Kind::kUInt32 || k == Arg::Kind::kUInt64;
+}
+
+// An argument for a by-value parameter: the same type, or an integer the parameter holds
+// whatever its value (int into int64_t, uint32_t into uint64_t or int64_t). Anything else
+// (double into float, int64_t into int) would lose bits silently, so it is refused.
+bool widens_to(const Arg& arg, Arg::Kind param, size_t param_size) {
+  if (arg.kind() == param) return true;
+  if (is_signed_int(arg.kind())) return is_signed_int(param) && param_size > arg.size();
+  if (is_unsigned_int(arg.kind()))
+    return (is_unsigned_int(param) && param_size > arg.size()) || (is_signed_int(param) && param_size > arg.size());
+  return false;
+}
+
+// The value widened to the parameter's size (the widening above keeps the sign: sign-extend
+// signed arguments, zero-extend unsigned ones).
+void widen(const Arg& arg, Arg::Kind param, size_t param_size, unsigned char* out) {
+  int64_t s = 0;
+  uint64_t u = 0;
+  const void* v = arg.value();
+  switch (arg.kind()) {
+    case Arg::Kind::kInt8: s = *static_cast<const int8_t*>(v); break;
+    case Arg::Kind::kInt16: s = *static_cast<const int16_t*>(v); break;
+    case Arg::Kind::kInt32: s = *static_cast<const int32_t*>(v); break;
+    case Arg::Kind::kUInt8: u = *static_cast<const uint8_t*>(v); s = static_cast<int64_t>(u); break;
+    case Arg::Kind::kUInt16: u = *static_cast<const uint16_t*>(v); s = static_cast<int64_t>(u); break;
+    case Arg::Kind::kUInt32: u = *static_cast<const uint32_t*>(v); s = static_cast<int64_t>(u); break;
+    default: std::memcpy(out, v, param_size); return;
+  }
+  if (param_size == 2) {
+    int16_t x = static_cast<int16_t>(s);
+    std::memcpy(out, &x, 2);
+  } else if (param_size == 4) {
+    int32_t x = static_cast<int32_t>(s);
+    std::memcpy(out, &x, 4);
+  } else {
+    std::memcpy(out, &s, 8);
+  }
+}
+
+}  // namespace
+
+Error::Error(std::string code, const std::string& message, std::vector<Diagnostic> diagnostics)
+    : std::runtime_error(message), m_code(std::move(code)), m_diagnostics(std::move(diagnostics)) {}
+
+std::string Arg::type_name() const {
+  if (m_kind != Kind::kPointer) return kind_name(m_kind);
+  return std::string(m_const ? "const " : "") + kind_name(m_pointee) + "*";
+}
+
+// ---- Context
+
+struct Context::Impl {
+  std::unique_ptr<builders::Ops> ops;
+  runtime::Accelerator* accelerator = nullptr;
+};
+
+Context::Context(const Options& options) : m_impl(std::make_unique<Impl>()) {
+  builders::OpsOptions o;
+  o.spec_dirs = options.spec_dirs;
+  for (auto& d : o.spec_dirs) d = absolute_path(d);
+  // Then what a kiln command would search: $KILN_SPEC_PATH, else the bundled specs.
+  auto defaults = builders::Ops::default_spec_dirs();
+  o.spec_dirs.insert(o.spec_dirs.end(), defaults.begin(), defaults.end());
+  o.cache_dir = options.cache_dir;
+  o.accelerator = options.accelerator;
+  m_impl->ops = value_or_throw(builders::Ops::create(std::move(o)));
+  m_impl->accelerator = &m_impl->ops->accelerator();
+}
+
+Context::~Context() = default;
+
+std::string Context::accelerator() const { return std::string(m_impl->accelerator->name()); }
+std::string Context::native_target() const { return m_impl->accelerator->native_target(); }
+
+void* Context::allocate(size_t bytes) { return value_or_throw(m_impl->accelerator->allocate(bytes)); }
+void Context::deallocate(void* pointer) noexcept {
+  if (pointer) m_impl->accelerator->deallocate(pointer);
+}
+void Context::copy(void* dst, const void* src, size_t bytes) { check(m_impl->accelerator->copy(dst, src, bytes)); }
+void Context::synchronize() { check(m_impl->accelerator->synchronize()); }
+
+struct Stream::Impl {
+  std::unique_ptr<runtime::Stream> stream;
+};
+Stream::Stream(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+Stream::~Stream() = default;
+void Stream::synchronize() { check(m_impl->stream->synchronize()); }
+
+std::unique_ptr<Stream> Context::create_stream() {
+  auto impl = std::make_unique<Stream::Impl>();
+  impl->stream = value_or_throw(m_impl->accelerator->create_stream());
+  return std::unique_ptr<Stream>(new Stream(std::move(impl)));
+}
+
+// ---- Op
+
+struct Op::Impl {
+  Context::Impl* ctx;
+  builders::OpSpec spec;
+  std::string target;       // as asked ("" = native)
+  bool from_spec_text = false;
+  std::once_flag built;
+  std::shared_ptr<builders::LoadedOp> loaded;  // set once, before `ready`
+  std::atomic<bool> ready{false};
+  builders::CacheOutcome source = builders::CacheOutcome::kCompiled;  // where build() found it
+  std::exception_ptr error;  // what building threw, thrown again to every caller
+
+  void build() {
+    std::call_once(built, [this] {
+      try {
+        build_now();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    if (error) std::rethrow_exception(error);
+  }
+
+  void build_now() {
+    auto& ops = *ctx->ops;
+    builders::Target t = value_or_throw(builders::parse_target(target.empty() ? ctx->accelerator->native_target() : target));
+    // Build first, so a compile error comes back with its diagnostics as structured data.
+    builders::BuildOutcome outcome = value_or_throw(ops.build(spec, t));
+    if (!outcome.success) {
+      std::vector<Diagnostic> diagnostics;
+      for (auto& d : outcome.diagnostics) diagnostics.push_back({public_severity(d.severity), d.file, d.line, d.column, d.message});
+      throw Error("compile_error", "op " + spec.name + " does not compile for " + t.str() + ":\n" + outcome.diagnostics_text(),
+                  std::move(diagnostics));
+    }
+    source = outcome.cache;
+    // Now a hit in memory or on disk.
+    loaded = value_or_throw(from_spec_text ? ops.load_spec(spec, t.str()) : ops.get(spec.name, t.str()));
+    ready.store(true, std::memory_order_release);
+  }
+};
+
+Op Context::op(const std::string& name, const std::string& target) {
+  auto impl = std::make_shared<Op::Impl>();
+  impl->ctx = m_impl.get();
+  impl->spec = value_or_throw(m_impl->ops->find_spec(name));
+  impl->target = target;
+  if (!target.empty()) value_or_throw(builders::parse_target(target));
+  return Op(std::move(impl));
+}
+
+Op Context::op_from_spec(const std::string& toml, const std::string& base_dir, const std::string& target) {
+  auto impl = std::make_shared<Op::Impl>();
+  impl->ctx = m_impl.get();
+  impl->spec = value_or_throw(builders::parse_spec_text(toml, absolute_path(base_dir) + "/<spec given as text>.toml"));
+  impl->target = target;
+  impl->from_spec_text = true;
+  if (!target.empty()) value_or_throw(builders::parse_target(target));
+  return Op(std::move(impl));
+}
+
+const std::string& Op::name() const { return m_impl->spec.name; }
+
+std::string Op::target() const {
+  if (loaded()) return m_impl->loaded->outcome().target;
+  return m_impl->target.empty() ? m_impl->ctx->accelerator->native_target() : m_impl->target;
+}
+
+std::vector<std::string> Op::entries() const {
+  std::vector<std::string> out;
+  for (auto& e : m_impl->spec.entries) out.push_back(e.name);
+  return out;
+}
+
+namespace {
+const builders::EntryPoint& find_entry(const builders::OpSpec& spec, std::string_view entry) {
+  if (entry.empty()) return spec.entries.front();
+  if (auto* e = spec.find_entry(std::string(entry))) return *e;
+  std::string names;
+  for (auto& e : spec.entries) names += (names.empty() ? "" : ", ") + e.name;
+  throw Error("not_found", "op " + spec.name + " has no entry " + std::string(entry) + " (it has " + names + ")");
+}
+}  // namespace
+
+std::vector<Param> Op::params(std::string_view entry) const {
+  std::vector<Param> out;
+  for (auto& p : find_entry(m_impl->spec, entry).params) out.push_back({p.type, p.name});
+  return out;
+}
+
+void Op::build() { m_impl->build(); }
+bool Op::loaded() const { return m_impl->ready.load(std::memory_order_acquire); }
+std::string Op::cache_source() const {
+  return loaded() ? builders::cache_outcome_name(m_impl->source) : "";
+}
+
+void Op::launch_args(std::string_view entry_name, const Launch& config, const Arg* args, size_t count) {
+  const builders::OpSpec& spec = m_impl->spec;
+  const builders::EntryPoint& entry = find_entry(spec, entry_name);
+  auto where = [&](size_t i) {
+    return "op " + spec.name + ", entry " + entry.name + ", parameter " + std::to_string(i + 1) + " '" + entry.params[i].type + " " +
+           entry.params[i].name + "'";
+  };
+  // Checked before anything is compiled or queued: a wrong call costs nothing.
+  if (count != entry.params.size()) {
+    std::string list;
+    for (auto& p : entry.params) list += (list.empty() ? "" : ", ") + p.type + " " + p.name;
+    throw Error("invalid_argument", "op " + spec.name + ", entry " + entry.name + " takes " + std::to_string(entry.params.size()) +
+                                        " arguments (" + list + "), not " + std::to_string(count));
+  }
+  std::vector<std::array<unsigned char, 8>> values(count);
+  std::vector<const void*> pointers(count);
+  for (size_t i = 0; i < count; ++i) {
+    const builders::ParamSpec& p = entry.params[i];
+    const Arg& a = args[i];
+    Arg::Kind want = kind_of(p.scalar);
+    if (p.is_pointer) {
+      bool param_const = p.type.rfind("const ", 0) == 0;
+      if (a.kind() != Arg::Kind::kPointer)
+        throw Error("invalid_argument", where(i) + " is a pointer; the argument is a " + a.type_name());
+      if (a.pointee() != Arg::Kind::kVoid && want != Arg::Kind::kVoid && a.pointee() != want)
+        throw Error("invalid_argument", where(i) + " points to " + kind_name(want) + "; the argument is a " + a.type_name());
+      if (a.pointee_const() && !param_const)
+        throw Error("invalid_argument", where(i) + " is written by the kernel; the argument is a " + a.type_name());
+      std::memcpy(values[i].data(), a.value(), sizeof(void*));
+    } else {
+      if (!widens_to(a, want, p.size))
+        throw Error("invalid_argument", where(i) + " takes a " + p.type + "; the argument is a " + a.type_name() +
+                                            (a.kind() == Arg::Kind::kPointer ? "" : " (convert it explicitly)"));
+      widen(a, want, p.size, values[i].data());
+    }
+    pointers[i] = values[i].data();
+  }
+  m_impl->build();
+  runtime::Kernel* kernel = value_or_throw(m_impl->loaded->kernel(entry.name));
+  runtime::Stream& stream =
+      config.stream ? *config.stream->m_impl->stream : m_impl->loaded->accelerator().current_stream();
+  runtime::LaunchConfig lc{{config.grid.x, config.grid.y, config.grid.z}, {config.block.x, config.block.y, config.block.z},
+                           config.shared_bytes};
+  check(kernel->launch(stream, lc, pointers.data(), count));
+}
+
+}  // namespace kiln

@@ -1,0 +1,42 @@
+# `cmake --install build --prefix P` lays kiln out as
+#   P/bin/kiln                          the CLI
+#   P/lib/libkiln.so                    the C++ API (<kiln/kiln.h>)
+#   P/lib/kiln/libkiln_jit_clang.so     the in-process Clang toolchain, dlopen'ed on a miss
+#   P/include/kiln/kiln.h               the public header
+#   P/share/kiln/specs                  the bundled ops
+#   P/share/kiln/include/{cpu,cuda}     the kernel ABI headers kernels include (<kiln/cpu_kernel.h>)
+#   P/lib/cmake/kiln, P/lib/pkgconfig   find_package(kiln) -> kiln::kiln; pkg-config kiln
+# kiln finds share/kiln and lib/kiln from its own file (support/install_paths.h), so the tree
+# may be moved after installing. Always lib/, never lib/<multiarch>: that lookup is relative.
+include(CMakePackageConfigHelpers)
+set(KILN_INSTALL_CMAKEDIR lib/cmake/kiln)
+
+install(TARGETS kiln RUNTIME DESTINATION bin)
+install(TARGETS kiln_api EXPORT kilnTargets LIBRARY DESTINATION lib)
+if(TARGET kiln_jit_clang)
+  # It links libLLVM and libclang-cpp from the system's LLVM: keep pointing there.
+  set_target_properties(kiln_jit_clang PROPERTIES INSTALL_RPATH "${LLVM_LIBRARY_DIR}")
+  install(TARGETS kiln_jit_clang LIBRARY DESTINATION lib/kiln)
+endif()
+install(FILES ${PROJECT_SOURCE_DIR}/api/include/kiln/kiln.h DESTINATION include/kiln)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/specs/ DESTINATION share/kiln/specs)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/backends/cpu/include/ DESTINATION share/kiln/include/cpu)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/backends/cuda/include/ DESTINATION share/kiln/include/cuda)
+
+install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${KILN_INSTALL_CMAKEDIR})
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/kilnConfig.cmake.in ${PROJECT_BINARY_DIR}/kilnConfig.cmake
+  INSTALL_DESTINATION ${KILN_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/kilnConfig.cmake ${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake
+  DESTINATION ${KILN_INSTALL_CMAKEDIR})
+configure_file(${CMAKE_CURRENT_LIST_DIR}/kiln.pc.in ${PROJECT_BINARY_DIR}/kiln.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/kiln.pc DESTINATION lib/pkgconfig)
+
+# A Debian package of the same tree: `cpack -G DEB --config build/CPackConfig.cmake`.
+set(CPACK_PACKAGE_NAME kiln)
+set(CPACK_PACKAGE_CONTACT "kiln maintainers")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "kernel compilation and caching service")
+set(CPACK_PACKAGING_INSTALL_PREFIX /opt/kiln)
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libclang-cpp22, libllvm22, libclang-rt-22-dev")
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+include(CPack)
