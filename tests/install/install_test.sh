@@ -30,6 +30,13 @@ grep -q ": ok" <<<"$out" || fail "the op's check did not pass: $out"
 doctor=$("$prefix/bin/kiln" doctor 2>&1) || true
 grep -q "library $prefix/lib/kiln/libkiln_jit_clang.so" <<<"$doctor" || fail "doctor does not use the installed toolchain: $doctor"
 
+# The same op has the same key from the build tree and from the moved install: no path of
+# either enters it, so caches and bundles move between them.
+key() { "$1" --cache-dir "$work/keys" build "$2" --json | grep -o '"key":"[0-9a-f]*"'; }
+k_build=$(key "$build/bin/kiln" "$source/specs/vector_add.toml")
+k_installed=$(key "$prefix/bin/kiln" "$prefix/share/kiln/specs/vector_add.toml")
+[ -n "$k_build" ] && [ "$k_build" = "$k_installed" ] || fail "keys differ: build tree $k_build, installed $k_installed"
+
 # find_package(kiln): the consumer project and its own op.
 cmake -S "$source/examples/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/consumer" >/dev/null
