@@ -312,7 +312,7 @@ void Op::launch_args(std::string_view entry_name, const Launch& config, const Ar
       std::memcpy(values[i].data(), a.value(), sizeof(void*));
     } else {
       if (!widens_to(a, want, p.size))
-        throw Error("invalid_argument", where(i) + " takes a " + p.type + "; the argument is a " + a.type_name() +
+        throw Error("invalid_argument", where(i) + " takes " + p.type + "; the argument is a " + a.type_name() +
                                             (a.kind() == Arg::Kind::kPointer ? "" : " (convert it explicitly)"));
       widen(a, want, p.size, values[i].data());
     }

@@ -81,9 +81,9 @@ TEST_F(ApiTest, EveryWrongArgumentIsAnErrorNamingTheParameter) {
       {"scalar for pointer", thrown([&] { add.launch({1, 16}, 1.0f, f.data(), f.data(), int64_t(16)); }),
        "parameter 1 'const float* a' is a pointer; the argument is a float"},
       {"pointer for scalar", thrown([&] { add.launch({1, 16}, f.data(), f.data(), f.data(), f.data()); }),
-       "parameter 4 'int64_t n' takes a int64_t; the argument is a float*"},
+       "parameter 4 'int64_t n' takes int64_t; the argument is a float*"},
       {"narrowing", thrown([&] { add.launch({1, 16}, f.data(), f.data(), f.data(), 16.0); }),
-       "parameter 4 'int64_t n' takes a int64_t; the argument is a double"},
+       "parameter 4 'int64_t n' takes int64_t; the argument is a double"},
       {"unknown entry", thrown([&] { add.launch_entry("nope", {1, 16}, f.data()); }), "has no entry nope (it has vector_add)"},
   };
   for (auto& c : cases) {
