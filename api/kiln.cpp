@@ -295,8 +295,15 @@ void Op::launch_args(std::string_view entry_name, const Launch& config, const Ar
     throw Error("invalid_argument", "op " + spec.name + ", entry " + entry.name + " takes " + std::to_string(entry.params.size()) +
                                         " arguments (" + list + "), not " + std::to_string(count));
   }
-  std::vector<std::array<unsigned char, 8>> values(count);
-  std::vector<const void*> pointers(count);
+  // On the stack for the usual few parameters: a launch allocates nothing of its own.
+  using Slot = std::array<unsigned char, 8>;
+  constexpr size_t k_inline = 16;
+  Slot inline_values[k_inline];
+  const void* inline_pointers[k_inline];
+  std::vector<Slot> heap_values(count > k_inline ? count : 0);
+  std::vector<const void*> heap_pointers(count > k_inline ? count : 0);
+  Slot* values = count > k_inline ? heap_values.data() : inline_values;
+  const void** pointers = count > k_inline ? heap_pointers.data() : inline_pointers;
   for (size_t i = 0; i < count; ++i) {
     const builders::ParamSpec& p = entry.params[i];
     const Arg& a = args[i];
@@ -324,7 +331,7 @@ void Op::launch_args(std::string_view entry_name, const Launch& config, const Ar
       config.stream ? *config.stream->m_impl->stream : m_impl->loaded->accelerator().current_stream();
   runtime::LaunchConfig lc{{config.grid.x, config.grid.y, config.grid.z}, {config.block.x, config.block.y, config.block.z},
                            config.shared_bytes};
-  check(kernel->launch(stream, lc, pointers.data(), count));
+  check(kernel->launch(stream, lc, pointers, count));
 }
 
 }  // namespace kiln

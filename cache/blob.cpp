@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 
+#include "support/little_endian.h"
+
 namespace kiln::cache {
 namespace {
 
@@ -21,21 +23,6 @@ constexpr uint32_t k_content_zstd = 1, k_metadata_zstd = 2;
 constexpr int k_zstd_level = -1;
 // Refuse sizes beyond these: a flipped size field must not allocate gigabytes.
 constexpr uint64_t k_max_raw_size = uint64_t{4} << 30;
-
-void put(std::string& out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out += static_cast<char>(v >> (8 * i));
-}
-uint64_t get(std::string_view in, size_t at, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t{static_cast<unsigned char>(in[at + i])} << (8 * i);
-  return v;
-}
-void put_hash(std::string& out, const Hash128& h) { out.append(reinterpret_cast<const char*>(h.bytes.data()), 16); }
-Hash128 get_hash(std::string_view in, size_t at) {
-  Hash128 h;
-  std::memcpy(h.bytes.data(), in.data() + at, 16);
-  return h;
-}
 
 }  // namespace
 
@@ -74,14 +61,14 @@ EncodedBlob encode_blob(std::string_view content, std::string_view metadata) {
   std::string& out = blob.bytes;
   out.reserve(k_blob_header_size + metadata.size() + payload.size());
   out.append(k_magic, sizeof k_magic);
-  put(out, k_format_version, 4);
-  put(out, codec, 4);
-  put(out, content.size(), 8);
-  put(out, payload.size(), 8);
+  put_le(out, k_format_version, 4);
+  put_le(out, codec, 4);
+  put_le(out, content.size(), 8);
+  put_le(out, payload.size(), 8);
   put_hash(out, blob.content_hash);
-  put(out, metadata.size(), 8);
+  put_le(out, metadata.size(), 8);
   put_hash(out, xxh3_128(metadata));
-  put(out, meta.size(), 8);
+  put_le(out, meta.size(), 8);
   out.append(meta);
   out.append(payload);
   return blob;
@@ -92,12 +79,12 @@ Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata) {
   if (file.size() < k_blob_header_size)
     return damaged("truncated header (" + std::to_string(file.size()) + " bytes)");
   if (std::memcmp(file.data(), k_magic, sizeof k_magic) != 0) return damaged("bad magic");
-  if (uint64_t v = get(file, 8, 4); v != k_format_version) return damaged("unknown format version " + std::to_string(v));
-  uint64_t codec = get(file, 12, 4);
-  uint64_t raw_size = get(file, 16, 8);
-  uint64_t stored_size = get(file, 24, 8);
-  uint64_t meta_size = get(file, 48, 8);
-  uint64_t meta_stored = get(file, 72, 8);
+  if (uint64_t v = get_le(file, 8, 4); v != k_format_version) return damaged("unknown format version " + std::to_string(v));
+  uint64_t codec = get_le(file, 12, 4);
+  uint64_t raw_size = get_le(file, 16, 8);
+  uint64_t stored_size = get_le(file, 24, 8);
+  uint64_t meta_size = get_le(file, 48, 8);
+  uint64_t meta_stored = get_le(file, 72, 8);
   if (codec > (k_content_zstd | k_metadata_zstd)) return damaged("unknown codec " + std::to_string(codec));
   std::string_view rest = file.substr(k_blob_header_size);
   if (meta_stored > rest.size() || stored_size != rest.size() - meta_stored)
@@ -132,7 +119,7 @@ Hash128 blob_content_hash(std::string_view file) {
 
 uint32_t blob_format_version(std::string_view file) {
   if (file.size() < 12 || std::memcmp(file.data(), k_magic, sizeof k_magic) != 0) return 0;
-  return static_cast<uint32_t>(get(file, 8, 4));
+  return static_cast<uint32_t>(get_le(file, 8, 4));
 }
 
 }  // namespace kiln::cache

@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <unordered_set>
 
 #include "cache/remote.h"
 #include "support/file_util.h"
+#include "support/little_endian.h"
 
 namespace kiln::cache {
 namespace {
@@ -18,23 +20,6 @@ namespace {
 constexpr std::string_view k_magic = "KILNPACK";
 constexpr uint32_t k_version = 1;
 constexpr size_t k_header_size = 48;
-
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out += static_cast<char>(v >> (8 * i));
-}
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out += static_cast<char>(v >> (8 * i));
-}
-uint64_t get_u(std::string_view in, size_t at, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t{static_cast<unsigned char>(in[at + i])} << (8 * i);
-  return v;
-}
-Hash128 get_hash(std::string_view in, size_t at) {
-  Hash128 h;
-  std::memcpy(h.bytes.data(), in.data() + at, 16);
-  return h;
-}
 
 struct Entry {
   RemoteObject type;
@@ -56,16 +41,6 @@ Result<std::string> envelope_of(Store& store, const Entry& e, const std::string&
     payload = std::move(*manifest);
   }
   return seal_object(e.type, e.key, payload, secret);
-}
-
-Status write_all(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return errno_status("write " + path, errno);
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return {};
 }
 
 // A read-only view of a whole file, unmapped on destruction.
@@ -106,19 +81,16 @@ Result<PackReport> pack_bundle(Store& store, const std::string& path, const Pack
     return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
   };
   std::vector<Entry> entries;
-  std::vector<Hash128> manifests_added;
+  std::unordered_set<Hash128, Hash128Hasher> manifests_added;
   for (auto& r : records) {
     if (!wanted(filter.ops, r.op) || !wanted(filter.targets, r.target)) continue;
     std::string label = r.op + " for " + r.target;
-    entries.push_back({RemoteObject::kArtifact, r.key, label});
+    entries.push_back({RemoteObject::kArtifact, r.key, label, 0, {}});
     // The manifest that leads to it, when it does (a later compile of the same inputs with
     // other headers may have replaced it; then this artifact is found only through its key).
     auto manifest = store.get_manifest(r.input_key);
-    if (manifest.ok() && manifest->has_value() &&
-        std::find(manifests_added.begin(), manifests_added.end(), r.input_key) == manifests_added.end()) {
-      entries.push_back({RemoteObject::kManifest, r.input_key, label});
-      manifests_added.push_back(r.input_key);
-    }
+    if (manifest.ok() && manifest->has_value() && manifests_added.insert(r.input_key).second)
+      entries.push_back({RemoteObject::kManifest, r.input_key, label, 0, {}});
   }
   PackReport report;
   report.signed_objects = !secret.empty();
@@ -128,22 +100,21 @@ Result<PackReport> pack_bundle(Store& store, const std::string& path, const Pack
     e.size = envelope.size();
     e.hash = xxh3_128(envelope);
     index += static_cast<char>(e.type);
-    index.append(reinterpret_cast<const char*>(e.key.bytes.data()), 16);
-    put_u64(index, e.size);
-    index.append(reinterpret_cast<const char*>(e.hash.bytes.data()), 16);
+    put_hash(index, e.key);
+    put_le(index, e.size, 8);
+    put_hash(index, e.hash);
     std::string label = e.label.substr(0, 65535);
-    index += static_cast<char>(label.size() & 0xff);
-    index += static_cast<char>(label.size() >> 8);
+    put_le(index, label.size(), 2);
     index += label;
     (e.type == RemoteObject::kArtifact ? report.artifacts : report.manifests)++;
   }
   std::string header(k_magic);
-  put_u32(header, k_version);
-  put_u32(header, report.signed_objects ? 1 : 0);
-  put_u64(header, entries.size());
-  put_u64(header, index.size());
+  put_le(header, k_version, 4);
+  put_le(header, report.signed_objects ? 1 : 0, 4);
+  put_le(header, entries.size(), 8);
+  put_le(header, index.size(), 8);
   Hash128 index_hash = xxh3_128(index);
-  header.append(reinterpret_cast<const char*>(index_hash.bytes.data()), 16);
+  put_hash(header, index_hash);
 
   std::string target = absolute_path(path);
   std::string temp = target + ".tmp." + std::to_string(::getpid());
@@ -178,11 +149,11 @@ Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const 
   auto refuse = [&](const std::string& why) { return Status(StatusCode::kDataLoss, "bundle " + path + " refused: " + why); };
   if (all.size() < k_header_size || all.substr(0, k_magic.size()) != k_magic)
     return refuse("not a kiln bundle (no KILNPACK header)");
-  if (uint64_t v = get_u(all, 8, 4); v != k_version)
+  if (uint64_t v = get_le(all, 8, 4); v != k_version)
     return refuse("format version " + std::to_string(v) + ", this kiln reads version " + std::to_string(k_version));
   UnpackReport report;
-  report.signed_objects = (get_u(all, 12, 4) & 1) != 0;
-  uint64_t count = get_u(all, 16, 8), index_size = get_u(all, 24, 8);
+  report.signed_objects = (get_le(all, 12, 4) & 1) != 0;
+  uint64_t count = get_le(all, 16, 8), index_size = get_le(all, 24, 8);
   if (index_size > all.size() - k_header_size) return refuse("truncated in its index");
   std::string_view index = all.substr(k_header_size, index_size);
   if (xxh3_128(index) != get_hash(all, 32)) return refuse("its index is damaged (hash mismatch)");
@@ -195,6 +166,7 @@ Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const 
     Hash128 key;
     std::string_view payload;
     std::string label;
+    ArtifactRecord record;  // an artifact's metadata, as checked
   };
   std::vector<Checked> checked;
   size_t pos = 0, offset = k_header_size + index_size;
@@ -203,9 +175,9 @@ Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const 
     Checked c;
     c.type = static_cast<RemoteObject>(index[pos]);
     c.key = get_hash(index, pos + 1);
-    uint64_t size = get_u(index, pos + 17, 8);
+    uint64_t size = get_le(index, pos + 17, 8);
     Hash128 hash = get_hash(index, pos + 25);
-    size_t label_size = get_u(index, pos + 41, 2);
+    size_t label_size = get_le(index, pos + 41, 2);
     pos += 43;
     if (index.size() - pos < label_size) return refuse("its index ends in the label of object " + std::to_string(i + 1));
     c.label = std::string(index.substr(pos, label_size));
@@ -221,11 +193,11 @@ Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const 
     if (xxh3_128(envelope) != hash) return refuse(what + " is damaged (hash mismatch)");
     auto payload = open_object(c.type, c.key, envelope, secret);
     if (!payload.ok()) return refuse(what + ": " + payload.status().message());
-    // The payload is the envelope's tail: keep a view of the mapped file, not a copy.
-    c.payload = envelope.substr(envelope.size() - payload->size());
+    c.payload = *payload;  // a view of the mapped file, not a copy
     if (c.type == RemoteObject::kArtifact) {
       auto artifact = check_blob_file(c.key, c.payload);
       if (!artifact.ok()) return refuse(what + ": " + artifact.status().message());
+      c.record = std::move(artifact->record);  // the decoded bytes are dropped: import needs only the file
     } else if (c.payload.empty()) {
       return refuse(what + " is empty");
     }
@@ -240,7 +212,7 @@ Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const 
       ++report.already_here;
       continue;
     }
-    KILN_RETURN_IF_ERROR(store.import(c.key, c.payload).status());
+    KILN_RETURN_IF_ERROR(store.import_checked(c.record, c.payload));
     ++report.artifacts;
     report.bytes += c.payload.size();
   }

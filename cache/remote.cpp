@@ -154,7 +154,7 @@ Result<std::string> seal_object(RemoteObject type, const Hash128& key, std::stri
   return out;
 }
 
-Result<std::string> open_object(RemoteObject type, const Hash128& key, std::string_view envelope, const std::string& secret) {
+Result<std::string_view> open_object(RemoteObject type, const Hash128& key, std::string_view envelope, const std::string& secret) {
   auto bad = [](const std::string& why) { return Status(StatusCode::kDataLoss, why); };
   if (envelope.size() < k_envelope_header || envelope.substr(0, k_magic.size()) != k_magic)
     return bad("not a kiln object (" + std::to_string(envelope.size()) + " bytes, no KILNREM1 header)");
@@ -168,7 +168,7 @@ Result<std::string> open_object(RemoteObject type, const Hash128& key, std::stri
     std::memcpy(got.data(), envelope.data() + 32, got.size());
     if (!tags_equal(expected, got)) return bad("its signature does not match (signed with another secret, or altered since)");
   }
-  return std::string(payload);
+  return payload;
 }
 
 Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) {
@@ -270,7 +270,7 @@ bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::functi
     }
     tier.add(TierCounter::kBytesIn, static_cast<int64_t>((*got)->size()));
     auto payload = open_object(type, key, **got, m_options.secret);
-    Status verdict = payload.ok() ? accept(std::move(payload).value()) : payload.status();
+    Status verdict = payload.ok() ? accept(std::string(*payload)) : payload.status();
     if (!verdict.ok()) {
       tier.add(TierCounter::kRejected, 1);
       {
@@ -285,11 +285,8 @@ bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::functi
     }
     tier.add(TierCounter::kHits, 1);
     KILN_LOG_AT(kDebug, "remote", endpoint.remote->label() + ": hit " + name);
-    if (i > 0) {  // copied into the faster tiers that can be written
-      std::string envelope = std::move(**got);
-      auto again = open_object(type, key, envelope, m_options.secret);
-      if (again.ok()) enqueue(Job{{Publication{type, key, std::move(again).value()}}, {}, i});
-    }
+    if (i > 0)  // copied into the faster tiers that can be written
+      enqueue(Job{{Publication{type, key, std::string(*payload)}}, {}, i});
     return true;
   }
   return false;

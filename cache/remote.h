@@ -87,8 +87,8 @@ const char* tier_counter_name(TierCounter c);  // "hits", ..., "us"
 // Envelopes (exposed for tests and tools).
 std::string object_name(RemoteObject type, const Hash128& key);
 Result<std::string> seal_object(RemoteObject type, const Hash128& key, std::string_view payload, const std::string& secret);
-// The payload, or kDataLoss saying what is wrong with the envelope.
-Result<std::string> open_object(RemoteObject type, const Hash128& key, std::string_view envelope, const std::string& secret);
+// The payload (a view into `envelope`), or kDataLoss saying what is wrong with the envelope.
+Result<std::string_view> open_object(RemoteObject type, const Hash128& key, std::string_view envelope, const std::string& secret);
 
 class RemoteTiers {
  public:

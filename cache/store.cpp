@@ -401,10 +401,14 @@ Result<Artifact> check_blob_file(const Hash128& key, std::string_view file) {
 
 Result<Artifact> Store::import(const Hash128& key, std::string_view file) {
   KILN_ASSIGN_OR_RETURN(Artifact artifact, check_blob_file(key, file));
+  KILN_RETURN_IF_ERROR(import_checked(artifact.record, file));
+  return artifact;
+}
+
+Status Store::import_checked(const ArtifactRecord& record, std::string_view file) {
   std::lock_guard lock(m_mutex);
   // Not fsynced: its source still has it, and a blob torn by a crash fails its hash (a miss).
-  KILN_RETURN_IF_ERROR(publish_locked(artifact.record, file, blob_content_hash(file), /*durable=*/false));
-  return artifact;
+  return publish_locked(record, file, blob_content_hash(file), /*durable=*/false);
 }
 
 Status Store::publish_locked(const ArtifactRecord& record, std::string_view file, const Hash128& content_hash, bool durable) {

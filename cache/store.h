@@ -132,6 +132,9 @@ class Store {
   // check_blob_file(). Its manifest and index row follow as in put(). Returns the artifact, so
   // the caller need not read it back.
   Result<Artifact> import(const Hash128& key, std::string_view blob_file);
+  // The same for a blob file that check_blob_file() has passed as `record` (a bundle checks
+  // every object before it imports any, and need not decode each twice).
+  Status import_checked(const ArtifactRecord& record, std::string_view blob_file);
   Result<std::optional<std::string>> get_manifest(const Hash128& input_key);
   // Writes the manifest of `input_key` alone (its artifact is already here).
   Status put_manifest(const Hash128& input_key, std::string_view manifest);

@@ -36,7 +36,7 @@ Result<std::string> read_file(const std::string& path) {
   return out;
 }
 
-static Status write_all(int fd, std::string_view bytes, const std::string& path) {
+Status write_all(int fd, std::string_view bytes, const std::string& path) {
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);

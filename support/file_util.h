@@ -11,6 +11,9 @@ namespace kiln {
 // Whole file into memory; a missing file is kNotFound, other failures kIoError.
 Result<std::string> read_file(const std::string& path);
 
+// Writes all of `bytes` to `fd` (retrying short writes and EINTR); `path` names it in errors.
+Status write_all(int fd, std::string_view bytes, const std::string& path);
+
 // Writes `bytes` to a temporary file in the same folder, fsyncs it (unless not `durable`:
 // for files that are cheap to lose) and renames it over `path`: a reader sees the old file or
 // the whole new one, never a part (STYLE.md #13).

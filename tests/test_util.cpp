@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 
@@ -59,6 +60,12 @@ void write_variant_specs(const std::string& dir, int n) {
     std::ofstream(dir + "/variant" + std::to_string(i) + ".toml", std::ios::binary) << text;
   }
   for (const std::string& op : bundled_op_names()) std::filesystem::remove(dir + "/" + op + ".toml");
+}
+
+int64_t json_int(const std::string& json, const std::string& field) {
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex("\"" + field + "\":(-?[0-9]+)"))) return -1;
+  return std::stoll(m[1]);
 }
 
 std::string read_text(const std::string& path) {

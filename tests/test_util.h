@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@ void write_variant_specs(const std::string& dir, int n);
 // tests/specs: ops the tests use (tools/gpu-check-prepare carries their cpu artifacts too).
 std::string test_spec_dir();
 std::string read_text(const std::string& path);
+// The integer `"field":N` in a JSON text (the first one), or -1 when there is none.
+int64_t json_int(const std::string& json, const std::string& field);
 
 struct ProcessResult {
   int exit_code = -1;

@@ -104,7 +104,7 @@ TEST(Envelope, RefusesSwappedUnsignedForgedAndTruncatedObjects) {
   auto plain = seal_object(RemoteObject::kArtifact, key, payload, "");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(open_object(RemoteObject::kArtifact, key, *plain, "").value(), payload);
-  auto why = [](const Result<std::string>& r) { return r.ok() ? std::string("accepted") : r.status().message(); };
+  auto why = [](const auto& r) { return r.ok() ? std::string("accepted") : r.status().message(); };
   EXPECT_NE(why(open_object(RemoteObject::kArtifact, other, *plain, "")).find("another object"), std::string::npos);
   EXPECT_NE(why(open_object(RemoteObject::kManifest, key, *plain, "")).find("another object"), std::string::npos);
   EXPECT_NE(why(open_object(RemoteObject::kArtifact, key, plain->substr(0, 40), "")).find("not a kiln object"), std::string::npos);

@@ -13,37 +13,32 @@
 #include <string>
 
 #include "cache/bundle.h"
-#include "support/hash.h"
+#include "support/little_endian.h"
 
 namespace {
 
-uint64_t get_u(const std::string& s, size_t at, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t(static_cast<uint8_t>(s[at + i])) << (8 * i);
-  return v;
-}
-
-void put_hash(std::string& s, size_t at, const kiln::Hash128& h) { std::memcpy(&s[at], h.bytes.data(), h.bytes.size()); }
+// The hash at `at`, rewritten in place.
+void set_hash(std::string& s, size_t at, const kiln::Hash128& h) { std::memcpy(&s[at], h.bytes.data(), h.bytes.size()); }
 
 // Rewrites each object's hash in the index, then the index's hash, wherever the (mutated)
 // layout still lets them be found.
 void fix_hashes(std::string& s) {
   constexpr size_t header = 48;
   if (s.size() < header) return;
-  uint64_t count = get_u(s, 16, 8), index_size = get_u(s, 24, 8);
+  uint64_t count = kiln::get_le(s, 16, 8), index_size = kiln::get_le(s, 24, 8);
   if (index_size > s.size() - header) return;
   size_t pos = header, end = header + index_size, offset = end;
   for (uint64_t i = 0; i < count && end - pos >= 43; ++i) {
-    uint64_t size = get_u(s, pos + 17, 8);
-    size_t label = get_u(s, pos + 41, 2);
+    uint64_t size = kiln::get_le(s, pos + 17, 8);
+    size_t label = kiln::get_le(s, pos + 41, 2);
     if (size > s.size() - offset) break;
-    put_hash(s, pos + 25, kiln::xxh3_128(std::string_view(s).substr(offset, size)));
+    set_hash(s, pos + 25, kiln::xxh3_128(std::string_view(s).substr(offset, size)));
     offset += size;
     pos += 43;
     if (end - pos < label) break;
     pos += label;
   }
-  put_hash(s, 32, kiln::xxh3_128(std::string_view(s).substr(header, index_size)));
+  set_hash(s, 32, kiln::xxh3_128(std::string_view(s).substr(header, index_size)));
 }
 
 // A folder of its own for the store and the input file, removed at exit.

@@ -25,12 +25,6 @@ struct Cli {
   }
 };
 
-int64_t json_int(const std::string& json, const std::string& field) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + field + "\":(-?[0-9]+)"))) return -1;
-  return std::stoll(m[1]);
-}
-
 std::string secret(const TempDir& dir, const std::string& name, const std::string& value) {
   dir.write(name, value);
   ::chmod((dir / name).c_str(), 0600);
@@ -56,29 +50,29 @@ TEST_F(BundleCliTest, AnUnpackedBundleGivesHitsWithNothingCompiled) {
   auto pack = Cli{s_warm->path()}({"cache", "pack", bundle, "--json"});
   ASSERT_EQ(pack.exit_code, 0) << pack.err;
   size_t ops = testing::bundled_op_names().size();
-  EXPECT_EQ(json_int(pack.out, "artifacts"), static_cast<int64_t>(ops)) << pack.out;
-  EXPECT_EQ(json_int(pack.out, "manifests"), static_cast<int64_t>(ops)) << pack.out;
+  EXPECT_EQ(testing::json_int(pack.out, "artifacts"), static_cast<int64_t>(ops)) << pack.out;
+  EXPECT_EQ(testing::json_int(pack.out, "manifests"), static_cast<int64_t>(ops)) << pack.out;
 
   Cli other{m_other.path()};
   auto unpack = other({"cache", "unpack", bundle, "--json"});
   ASSERT_EQ(unpack.exit_code, 0) << unpack.err;
-  EXPECT_EQ(json_int(unpack.out, "artifacts"), static_cast<int64_t>(ops));
+  EXPECT_EQ(testing::json_int(unpack.out, "artifacts"), static_cast<int64_t>(ops));
   // Direct lookups hit (the manifests came too), and the ops run.
   auto warm = other({"warm", "--check", "--json"});
   ASSERT_EQ(warm.exit_code, 0) << warm.err;
   EXPECT_EQ(warm.out.find("\"source\":\"compiled\""), std::string::npos) << warm.out;
-  EXPECT_EQ(json_int(other({"cache", "stats", "--json"}).out, "compiles"), 0);
+  EXPECT_EQ(testing::json_int(other({"cache", "stats", "--json"}).out, "compiles"), 0);
   EXPECT_EQ(other({"cache", "verify"}).exit_code, 0);
   // Again: everything is already here.
   auto again = other({"cache", "unpack", bundle, "--json"});
-  EXPECT_EQ(json_int(again.out, "already_here"), static_cast<int64_t>(ops)) << again.out;
+  EXPECT_EQ(testing::json_int(again.out, "already_here"), static_cast<int64_t>(ops)) << again.out;
 }
 
 TEST_F(BundleCliTest, PackTakesOnlyTheOpsAndTargetsNamed) {
   std::string bundle = m_dir / "two.kiln";
   auto pack = Cli{s_warm->path()}({"cache", "pack", bundle, "--op", "gelu", "--op", "adamw", "--json"});
   ASSERT_EQ(pack.exit_code, 0) << pack.err;
-  EXPECT_EQ(json_int(pack.out, "artifacts"), 2);
+  EXPECT_EQ(testing::json_int(pack.out, "artifacts"), 2);
   Cli other{m_other.path()};
   ASSERT_EQ(other({"cache", "unpack", bundle}).exit_code, 0);
   auto ls = other({"cache", "ls", "--json"});
@@ -113,7 +107,7 @@ TEST_F(BundleCliTest, ATruncatedOrAlteredBundleIsRefusedWholeNamingTheObject) {
     auto r = other({"cache", "unpack", m_dir / c.name});
     EXPECT_EQ(r.exit_code, 1) << c.name;
     EXPECT_NE(r.err.find(c.says), std::string::npos) << c.name << ": " << r.err;
-    EXPECT_EQ(json_int(other({"cache", "stats", "--json"}).out, "artifacts"), 0) << c.name << ": something was imported";
+    EXPECT_EQ(testing::json_int(other({"cache", "stats", "--json"}).out, "artifacts"), 0) << c.name << ": something was imported";
   }
   auto missing = Cli{m_other.path()}({"cache", "unpack", m_dir / "nowhere.kiln"});
   EXPECT_NE(missing.err.find("no bundle at"), std::string::npos) << missing.err;
@@ -140,7 +134,7 @@ TEST_F(BundleCliTest, WithASecretBundlesAreSignedAndCheckedAndOthersRefused) {
   auto unsigned_refused = Cli{third.path(), ours}({"cache", "unpack", plain});
   EXPECT_EQ(unsigned_refused.exit_code, 1);
   EXPECT_NE(unsigned_refused.err.find("not signed"), std::string::npos) << unsigned_refused.err;
-  EXPECT_EQ(json_int(Cli{third.path()}({"cache", "stats", "--json"}).out, "artifacts"), 0);
+  EXPECT_EQ(testing::json_int(Cli{third.path()}({"cache", "stats", "--json"}).out, "artifacts"), 0);
 }
 
 }  // namespace

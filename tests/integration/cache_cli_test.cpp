@@ -23,12 +23,6 @@ std::vector<std::string> kiln(const std::string& cache, std::initializer_list<st
 // Private user and mount namespaces, for a real full or read-only file system in a test.
 bool namespaces_available() { return run_process({"unshare", "-rm", "true"}).exit_code == 0; }
 
-int64_t json_int(const std::string& json, const std::string& field) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + field + "\":(-?[0-9]+)"))) return -1;
-  return std::stoll(m[1]);
-}
-
 TEST(CacheCliTest, EightProcessesFiftyRequestsTenKeysCompileTenTimes) {
   testing::TempDir specs, cache;
   testing::write_variant_specs(specs.path(), 10);
@@ -52,8 +46,8 @@ TEST(CacheCliTest, EightProcessesFiftyRequestsTenKeysCompileTenTimes) {
   }
   auto stats = run_process(kiln(cache.path(), {"cache", "stats", "--json"}));
   ASSERT_EQ(stats.exit_code, 0) << stats.err;
-  EXPECT_EQ(json_int(stats.out, "compiles"), 10) << stats.out;
-  EXPECT_EQ(json_int(stats.out, "hits") + json_int(stats.out, "compiles"), 400) << stats.out;
+  EXPECT_EQ(testing::json_int(stats.out, "compiles"), 10) << stats.out;
+  EXPECT_EQ(testing::json_int(stats.out, "hits") + testing::json_int(stats.out, "compiles"), 400) << stats.out;
   // Every result verified: the blobs check out, and every op passes its self-check.
   auto verify = run_process(kiln(cache.path(), {"cache", "verify"}));
   EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
@@ -68,10 +62,10 @@ TEST(CacheCliTest, StatsLsShowGcVerifyClear) {
   ASSERT_EQ(run_process(kiln(cache.path(), {"warm"})).exit_code, 0);
   auto stats = run_process(kiln(cache.path(), {"cache", "stats", "--json"}));
   for (const char* field : {"hits", "misses", "compiles", "evictions", "repairs", "bytes"})
-    EXPECT_GE(json_int(stats.out, field), 0) << field << " in " << stats.out;
+    EXPECT_GE(testing::json_int(stats.out, field), 0) << field << " in " << stats.out;
   const int64_t ops = static_cast<int64_t>(testing::bundled_op_names().size());
-  EXPECT_EQ(json_int(stats.out, "compiles"), ops);
-  EXPECT_EQ(json_int(stats.out, "hits"), ops);
+  EXPECT_EQ(testing::json_int(stats.out, "compiles"), ops);
+  EXPECT_EQ(testing::json_int(stats.out, "hits"), ops);
 
   auto ls = run_process(kiln(cache.path(), {"cache", "ls", "--op", "axpby"}));
   EXPECT_EQ(ls.exit_code, 0);
@@ -99,19 +93,19 @@ TEST(CacheCliTest, StatsLsShowGcVerifyClear) {
   EXPECT_EQ(run_process(kiln(cache.path(), {"cache", "verify"})).exit_code, 0);
 
   // Everything left goes (the ops' artifacts and the precompiled headers they share).
-  int64_t stored = json_int(run_process(kiln(cache.path(), {"cache", "stats", "--json"})).out, "artifacts");
+  int64_t stored = testing::json_int(run_process(kiln(cache.path(), {"cache", "stats", "--json"})).out, "artifacts");
   EXPECT_GE(stored, ops - 1);
   auto gc = run_process(kiln(cache.path(), {"cache", "gc", "--max-size", "1", "--json"}));
   EXPECT_EQ(gc.exit_code, 0) << gc.err;
-  EXPECT_EQ(json_int(gc.out, "evicted"), stored);
-  EXPECT_EQ(json_int(gc.out, "bytes"), 0);
+  EXPECT_EQ(testing::json_int(gc.out, "evicted"), stored);
+  EXPECT_EQ(testing::json_int(gc.out, "bytes"), 0);
   EXPECT_EQ(run_process(kiln(cache.path(), {"cache", "gc", "--max-size", "lots"})).exit_code, 2);
 
   ASSERT_EQ(run_process(kiln(cache.path(), {"warm"})).exit_code, 0);
-  stored = json_int(run_process(kiln(cache.path(), {"cache", "stats", "--json"})).out, "artifacts");
+  stored = testing::json_int(run_process(kiln(cache.path(), {"cache", "stats", "--json"})).out, "artifacts");
   auto clear = run_process(kiln(cache.path(), {"cache", "clear", "--json"}));
-  EXPECT_EQ(json_int(clear.out, "removed"), stored);
-  EXPECT_EQ(json_int(run_process(kiln(cache.path(), {"cache", "stats", "--json"})).out, "bytes"), 0);
+  EXPECT_EQ(testing::json_int(clear.out, "removed"), stored);
+  EXPECT_EQ(testing::json_int(run_process(kiln(cache.path(), {"cache", "stats", "--json"})).out, "bytes"), 0);
 }
 
 TEST(CacheCliTest, ExplainNamesTheHeaderAndTheDefineThatChanged) {
@@ -144,7 +138,7 @@ TEST(CacheCliTest, AFailureIsCachedAndServedWithoutCompiling) {
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_NE(second.err.find("bad.cpp:2:37: error: use of undeclared identifier 'oops'"), std::string::npos) << second.err;
   auto stats = run_process(kiln(cache.path(), {"cache", "stats", "--json"}));
-  EXPECT_EQ(json_int(stats.out, "compiles"), 1) << stats.out;
+  EXPECT_EQ(testing::json_int(stats.out, "compiles"), 1) << stats.out;
 }
 
 TEST(CacheCliTest, ACacheThatCannotBeOpenedWarnsOnceAndOpsStillRun) {
