@@ -128,15 +128,17 @@ TEST(WarmCliTest, KilledInTheMiddleItLosesNothingAndResumesWithWhatIsMissing) {
   EXPECT_LT(hits, static_cast<size_t>(n)) << resumed.out;
 }
 
-TEST(WarmCliTest, CtrlCFinishesWhatIsUnderWayReportsItAndExits130) {
+// Interrupts a warm with `sig` once two pairs are done: it finishes what is under way, reports
+// exactly the finished pairs, exits 128 + sig, and a rerun compiles only the rest.
+void interrupt_and_resume(int sig) {
   constexpr int n = 40;
   TempDir specs, cache, logs;
   testing::write_variant_specs(specs.path(), n);
   testing::ChildProcess warm(kiln(cache.path(), {"warm", "--spec-dir", specs.path(), "-j", "1", "--json"}), {}, logs / "out",
                              logs / "err");
   ASSERT_TRUE(wait_for_text(logs / "err", "[2/40]")) << testing::read_text(logs / "err");
-  warm.kill(SIGINT);
-  EXPECT_EQ(warm.wait(), 130);
+  warm.kill(sig);
+  EXPECT_EQ(warm.wait(), 128 + sig);
   std::string err = testing::read_text(logs / "err");
   EXPECT_NE(err.find("kiln: interrupted"), std::string::npos) << err;
   // The report holds exactly the finished pairs, each compiled and stored.
@@ -149,6 +151,10 @@ TEST(WarmCliTest, CtrlCFinishesWhatIsUnderWayReportsItAndExits130) {
   EXPECT_EQ(count_source(report, "compiled"), n - first.size()) << resumed.out;
   for (auto& [key, row] : first) EXPECT_NE(report[key].source, "compiled") << key << " was compiled twice";
 }
+
+TEST(WarmCliTest, CtrlCFinishesWhatIsUnderWayReportsItAndExits130) { interrupt_and_resume(SIGINT); }
+
+TEST(WarmCliTest, SigtermFinishesWhatIsUnderWayReportsItAndExits143) { interrupt_and_resume(SIGTERM); }
 
 }  // namespace
 }  // namespace kiln
