@@ -12,7 +12,32 @@
 
 namespace kiln::builders {
 
-std::string artifact_kind_for(const Target& target) { return target.backend == "cuda" ? "cuda-module" : "host-so"; }
+std::string artifact_kind_for(const Target& target) {
+  if (target.backend == "cuda") return "cuda-module";
+  if (target.backend == "hip") return "hsaco";
+  if (target.backend == "opencl") return "opencl-program";
+  if (target.backend == "spirv") return "spirv";
+  return "host-so";
+}
+
+// The headers in <...> a CUDA source includes that kiln's HIP path provides itself.
+static bool hip_provides(std::string_view header) { return header == "cuda_bf16.h" || header == "cuda_runtime.h"; }
+
+// The first header in <...> among `text`'s #includes that the HIP path cannot give it
+// (a CUDA toolkit library such as CUB or cooperative groups), or empty.
+static std::string header_hip_lacks(std::string_view text) {
+  size_t at = 0;
+  while ((at = text.find("#include", at)) != std::string_view::npos) {
+    at += 8;
+    size_t open = text.find_first_not_of(" \t", at);
+    if (open == std::string_view::npos || text[open] != '<') continue;
+    size_t close = text.find('>', open);
+    if (close == std::string_view::npos) break;
+    std::string_view header = text.substr(open + 1, close - open - 1);
+    if (!hip_provides(header)) return std::string(header);
+  }
+  return {};
+}
 
 Status is_compatible(const OpSpec& spec, const Target& target) {
   if (target.backend == "cpu") {
@@ -26,6 +51,25 @@ Status is_compatible(const OpSpec& spec, const Target& target) {
     if (spec.cuda->min_sm > sm)
       return unavailable("op " + spec.name + " needs compute capability " + std::to_string(spec.cuda->min_sm) + " or newer; " +
                          target.str() + " is " + std::to_string(sm));
+    return {};
+  }
+  if (target.backend == "hip") {
+    if (!spec.cuda) return unavailable("op " + spec.name + " has no CUDA version to compile for AMD GPUs (no [cuda] table in " + spec.spec_path + ")");
+    for (auto& s : spec.cuda->sources) {
+      std::string text;
+      if (s.inline_text) {
+        text = *s.inline_text;
+      } else if (auto read = read_file(s.path); read.ok()) {
+        text = std::move(read).value();
+      }
+      if (std::string lacking = header_hip_lacks(text); !lacking.empty())
+        return unavailable("op " + spec.name + ": " + s.rel_path + " includes <" + lacking +
+                           ">, a CUDA toolkit header with no HIP counterpart in kiln (kiln maps the CUDA language, not its libraries)");
+    }
+    return {};
+  }
+  if (target.backend == "opencl" || target.backend == "spirv") {
+    if (!spec.opencl) return unavailable("op " + spec.name + " has no OpenCL version (no [opencl] table in " + spec.spec_path + ")");
     return {};
   }
   return unavailable("op " + spec.name + ": no toolchain builds for " + target.str());
@@ -42,6 +86,23 @@ std::string cuda_device_include_dir() {
   if (const char* env = std::getenv("KILN_CUDA_INCLUDE_DIR"); env && *env) return absolute_path(env);
   if (const std::string& data = installed_data_dir(); !data.empty()) return data + "/include/cuda";
   return KILN_CUDA_DEVICE_INCLUDE_DIR;
+}
+
+std::string hip_device_include_dir() {
+  if (const char* env = std::getenv("KILN_HIP_INCLUDE_DIR"); env && *env) return absolute_path(env);
+  if (const std::string& data = installed_data_dir(); !data.empty()) return data + "/include/hip";
+  return KILN_HIP_DEVICE_INCLUDE_DIR;
+}
+
+// NVRTC's options as Clang's, for CUDA sources compiled for AMD GPUs: those with a meaning
+// there are translated, the rest (register limits, line info) have none and are dropped.
+static std::vector<std::string> hip_flags_from_nvrtc(const std::vector<std::string>& nvrtc) {
+  std::vector<std::string> out;
+  for (auto& f : nvrtc) {
+    if (f == "--use_fast_math" || f == "-use_fast_math") out.push_back("-ffast-math");
+    else if (f == "--fmad=false") out.push_back("-ffp-contract=off");
+  }
+  return out;
 }
 
 std::string cuda_toolchain_for(const OpSpec& spec) {
@@ -131,9 +192,10 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked)
   r.target = target;
   r.compile.target = target.str();
   r.compile.label = "op " + spec.name;
-  bool cuda = target.backend == "cuda";
-  r.compile.language = cuda ? "cuda" : spec.language;
-  for (const auto& s : cuda ? spec.cuda->sources : spec.sources) {
+  const std::string& backend = target.backend;
+  bool cuda = backend == "cuda", hip = backend == "hip", opencl = backend == "opencl" || backend == "spirv";
+  r.compile.language = cuda ? "cuda" : hip ? "hip" : opencl ? "opencl" : spec.language;
+  for (const auto& s : cuda || hip ? spec.cuda->sources : opencl ? spec.opencl->sources : spec.sources) {
     jit::SourceFile f{s.path, ""};
     if (s.inline_text) {
       f.text = *s.inline_text;
@@ -147,6 +209,20 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked)
   r.compile.include_dirs = spec.include_dirs;
   r.compile.defines = spec.defines;
   r.kernels = signatures_of(spec);
+  if (hip || opencl) {
+    // Kernels named as the entries (templated ones through the [cuda] name expressions); the
+    // check's reference runs on the host from the cpu artifact.
+    const auto& defines = hip ? spec.cuda->defines : spec.opencl->defines;
+    r.compile.defines.insert(r.compile.defines.end(), defines.begin(), defines.end());
+    r.compile.flags = hip ? hip_flags_from_nvrtc(spec.cuda->flags) : spec.opencl->flags;
+    if (hip) {
+      for (auto& e : spec.entries)
+        if (!e.instance_for("hip").empty()) r.compile.name_expressions.push_back(e.instance_for("hip"));
+      r.compile.include_dirs.push_back(hip_device_include_dir());
+    }
+    if (spec.check) r.kernels.pop_back();
+    return r;
+  }
   if (cuda) {
     // CUDA kernels are extern "C" __global__ functions named as the entries: no generated
     // entry TU, and the check's reference runs on the host from the cpu artifact.
@@ -171,10 +247,11 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked)
 }
 
 std::string label_for(const std::string& abs_path, const OpSpec& spec) {
-  std::string kiln_dir = cpu_device_include_dir(), kiln_cuda_dir = cuda_device_include_dir();
+  std::string kiln_dir = cpu_device_include_dir(), kiln_cuda_dir = cuda_device_include_dir(), kiln_hip_dir = hip_device_include_dir();
   if (path_is_within(abs_path, spec.spec_dir)) return "spec:" + relative_to(abs_path, spec.spec_dir);
   if (path_is_within(abs_path, kiln_dir)) return "kiln:" + relative_to(abs_path, kiln_dir);
   if (path_is_within(abs_path, kiln_cuda_dir)) return "kiln-cuda:" + relative_to(abs_path, kiln_cuda_dir);
+  if (path_is_within(abs_path, kiln_hip_dir)) return "kiln-hip:" + relative_to(abs_path, kiln_hip_dir);
   return abs_path;
 }
 
@@ -182,6 +259,7 @@ std::string path_for(const std::string& label, const OpSpec& spec) {
   if (label.rfind("spec:", 0) == 0) return spec.spec_dir + "/" + label.substr(5);
   if (label.rfind("kiln:", 0) == 0) return cpu_device_include_dir() + "/" + label.substr(5);
   if (label.rfind("kiln-cuda:", 0) == 0) return cuda_device_include_dir() + "/" + label.substr(10);
+  if (label.rfind("kiln-hip:", 0) == 0) return hip_device_include_dir() + "/" + label.substr(9);
   return label;
 }
 

@@ -13,7 +13,8 @@
 
 namespace kiln::builders {
 
-// What a target's artifacts are: "host-so" for cpu, "cuda-module" for cuda.
+// What a target's artifacts are: "host-so" for cpu, "cuda-module" for cuda, "hsaco" for hip,
+// "opencl-program" for opencl, "spirv" for spirv.
 std::string artifact_kind_for(const Target& target);
 
 // Ok when the spec can be built for the target; otherwise says why not, before compiling.
@@ -38,6 +39,9 @@ std::string generate_cpu_entry_source(const OpSpec& spec);
 std::string cpu_device_include_dir();
 // Where kiln/cuda_prelude.h (the Clang CUDA path's stand-in for the CUDA headers) is.
 std::string cuda_device_include_dir();
+
+// Where kiln/hip_prelude.h and kiln's <cuda_bf16.h> for AMD GPUs are.
+std::string hip_device_include_dir();
 
 // Which toolchain compiles an op's CUDA: $KILN_CUDA_TOOLCHAIN ("nvrtc" or "clang") when set,
 // else the spec's [cuda] toolchain.

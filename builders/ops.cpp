@@ -26,6 +26,33 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// What a backend derives from an artifact for one device (an OpenCL device binary), kept in
+// the store as an artifact of its own: keyed by XXH3 of the backend's key, checked on every read
+// like any blob, counted against the size cap and evicted like the rest.
+class StoreDerivedCode final : public runtime::DerivedCodeCache {
+ public:
+  explicit StoreDerivedCode(cache::Store& store) : m_store(store) {}
+  std::optional<std::string> get(std::string_view key) override {
+    auto found = m_store.get(xxh3_128(key));
+    if (!found.ok() || !found->has_value()) return std::nullopt;
+    return std::move((*found)->bytes);
+  }
+  void put(std::string_view key, std::string_view bytes, std::string_view kind, std::string_view device,
+           std::string_view label) override {
+    cache::ArtifactRecord r;
+    r.key = r.input_key = xxh3_128(key);
+    r.op = std::string(label.rfind("op ", 0) == 0 ? label.substr(3) : label);  // "op gelu" -> "gelu"
+    r.kind = std::string(kind);
+    r.target = std::string(device);
+    r.toolchain = std::string(key);  // what the bytes depend on, for `kiln cache show`
+    KILN_LOG_AT(kDebug, "load", std::string(label) + ": keeping the device's " + r.kind + " (" + std::to_string(bytes.size()) + " bytes)");
+    (void)m_store.put(r, bytes);  // best effort: the next load builds again
+  }
+
+ private:
+  cache::Store& m_store;
+};
+
 }  // namespace
 
 const char* cache_outcome_name(CacheOutcome c) {
@@ -113,6 +140,7 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
     ops->m_store = std::move(store).value();
     FileMemo::instance().attach(ops->m_store->root() + "/file-memo");
     ops->m_pchs = std::make_unique<PrecompiledHeaders>(ops->m_store.get());
+    ops->m_derived = std::make_unique<StoreDerivedCode>(*ops->m_store);
   } else {
     // A cache that cannot be opened (read-only, not a folder, from a newer kiln) must not
     // stop ops from running: say so once, and compile into memory.
@@ -575,6 +603,7 @@ Result<std::shared_ptr<LoadedOp>> Ops::load_spec(OpSpec spec, const Target& targ
   if (!outcome.success)
     return Status(StatusCode::kCompileError, "op " + name + " does not compile for " + target.str() + ":\n" + outcome.diagnostics_text());
   runtime::ModuleImage image{outcome.kind, outcome.target, outcome.artifact, outcome.kernels, "op " + name};
+  image.derived_cache = m_derived.get();
   double load_start = log_clock_ms();
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<runtime::Module> module, accelerator->load_module(image));
   KILN_LOG_AT(kDebug, "load", "op " + name + ": " + outcome.kind + " loaded on " + std::string(accelerator->name()) + " in " +

@@ -216,6 +216,7 @@ class Ops {
   std::chrono::milliseconds m_remote_wait{300000};
   std::chrono::milliseconds m_lock_timeout{300000};
   std::unique_ptr<PrecompiledHeaders> m_pchs;  // after m_store: its background builds use it
+  std::unique_ptr<runtime::DerivedCodeCache> m_derived;  // device binaries in m_store (OpenCL)
   runtime::Accelerator* m_accelerator = nullptr;
   std::mutex m_mutex;
   std::unordered_map<std::string, std::shared_ptr<Slot>> m_loaded;  // "op@target"

@@ -119,7 +119,9 @@ Result<Problem> make_problem(const LoadedOp& op, const CheckOptions& options, bo
   }
   // A backend may launch the check with its own block size ([cuda] block).
   uint32_t block_threads = check.block;
-  if (op.accelerator().name() == "cuda" && spec.cuda && spec.cuda->block) block_threads = spec.cuda->block;
+  std::string_view backend = op.accelerator().name();
+  if ((backend == "cuda" || backend == "hip") && spec.cuda && spec.cuda->block) block_threads = spec.cuda->block;
+  if (backend == "opencl" && spec.opencl && spec.opencl->block) block_threads = spec.opencl->block;
   p.names["block"] = block_threads;
   KILN_ASSIGN_OR_RETURN(int64_t grid_count, eval_expr(check.grid, p.names));
   if (grid_count < 1 || grid_count > UINT32_MAX)

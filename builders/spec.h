@@ -92,6 +92,17 @@ struct CudaSpec {
   SourcePos pos;
 };
 
+// [opencl]: the op's kernels in OpenCL C, one source file (helpers in headers it includes).
+// Kernels are named as the entries and take the entries' parameters; a kernel that uses the
+// launch's dynamic shared memory takes it as one more, last, `__local` pointer parameter.
+struct OpenClSpec {
+  std::vector<SourceSpec> sources;
+  std::vector<std::string> defines;
+  std::vector<std::string> flags;  // OpenCL build options (-cl-fast-relaxed-math, -cl-mad-enable, ...)
+  uint32_t block = 0;              // work-items per work-group for the check's launch (0: [check].block)
+  SourcePos pos;
+};
+
 struct OpSpec {
   std::string name;
   int64_t version = 1;
@@ -105,7 +116,8 @@ struct OpSpec {
   std::vector<std::string> defines;
   std::vector<std::string> flags;
   std::optional<CheckSpec> check;
-  std::optional<CudaSpec> cuda;  // [cuda]
+  std::optional<CudaSpec> cuda;  // [cuda]; also what hip targets compile (through kiln's HIP prelude)
+  std::optional<OpenClSpec> opencl;  // [opencl]
 
   const EntryPoint* find_entry(const std::string& name) const;
 };

@@ -27,7 +27,8 @@ Status spec_error(const SourcePos& pos, const std::string& message) { return inv
 
 const std::string& EntryPoint::instance_for(std::string_view backend) const {
   static const std::string k_none;
-  auto it = instances.find(std::string(backend));
+  // hip targets compile the [cuda] sources, so they take the cuda instance.
+  auto it = instances.find(std::string(backend == "hip" ? "cuda" : backend));
   return it == instances.end() ? k_none : it->second;
 }
 
@@ -111,7 +112,7 @@ class SpecParser {
     spec.spec_path = m_path;
     spec.spec_dir = dirname_of(m_path);
     KILN_RETURN_IF_ERROR(check_keys(root, {"name", "version", "language", "description", "sources", "include_dirs",
-                                           "defines", "flags", "entry", "check", "cuda"}));
+                                           "defines", "flags", "entry", "check", "cuda", "opencl"}));
     KILN_ASSIGN_OR_RETURN(spec.name, required_string(root, "name"));
     if (!is_identifier(spec.name))
       return spec_error(pos_of(*root.get("name")), "op name '" + spec.name + "' must be an identifier ([A-Za-z_][A-Za-z0-9_]*)");
@@ -141,6 +142,7 @@ class SpecParser {
     KILN_RETURN_IF_ERROR(parse_entries(root, spec));
     if (auto* check = root.get("check")) KILN_RETURN_IF_ERROR(parse_check(*check, spec));
     if (auto* cuda = root.get("cuda")) KILN_RETURN_IF_ERROR(parse_cuda(*cuda, spec));
+    if (auto* opencl = root.get("opencl")) KILN_RETURN_IF_ERROR(parse_opencl(*opencl, spec));
     return spec;
   }
 
@@ -545,6 +547,38 @@ class SpecParser {
         return spec_error(pos_of(*t->get("toolchain")), "[cuda] toolchain must be \"nvrtc\" or \"clang\"");
     }
     spec.cuda = std::move(c);
+    return {};
+  }
+
+  Status parse_opencl(const toml::node& node, OpSpec& spec) {
+    auto* t = node.as_table();
+    if (!t) return spec_error(pos_of(node), "'opencl' must be a table ([opencl])");
+    KILN_RETURN_IF_ERROR(check_keys(*t, {"sources", "defines", "flags", "block"}));
+    OpenClSpec c;
+    c.pos = pos_of(node);
+    KILN_RETURN_IF_ERROR(parse_source_list(*t, c.sources));
+    if (c.sources.size() != 1)
+      return spec_error(c.pos, "[opencl] takes one source file; put what its kernels share in headers it includes");
+    KILN_ASSIGN_OR_RETURN(c.defines, string_list(*t, "defines"));
+    KILN_ASSIGN_OR_RETURN(c.flags, string_list(*t, "flags"));
+    for (size_t i = 0; i < c.flags.size(); ++i) {
+      static const char* k_allowed[] = {"-cl-fast-relaxed-math", "-cl-mad-enable", "-cl-no-signed-zeros",
+                                        "-cl-finite-math-only", "-cl-unsafe-math-optimizations", "-cl-denorms-are-zero",
+                                        "-cl-fp32-correctly-rounded-divide-sqrt"};
+      bool ok = false;
+      for (auto* a : k_allowed) ok = ok || c.flags[i] == a;
+      if (!ok)
+        return spec_error(pos_of(*(*t)["flags"].as_array()->get(i)),
+                          "OpenCL flag '" + c.flags[i] + "' is not allowed: use -cl-fast-relaxed-math, -cl-mad-enable, "
+                          "-cl-no-signed-zeros, -cl-finite-math-only, -cl-unsafe-math-optimizations, -cl-denorms-are-zero or "
+                          "-cl-fp32-correctly-rounded-divide-sqrt");
+    }
+    if (auto* b = t->get("block")) {
+      auto v = b->value<int64_t>();
+      if (!b->is_integer() || *v < 1 || *v > 1024) return spec_error(pos_of(*b), "[opencl] block must be 1 to 1024 work-items");
+      c.block = static_cast<uint32_t>(*v);
+    }
+    spec.opencl = std::move(c);
     return {};
   }
 

@@ -4,6 +4,7 @@
 #include "support/cuda_toolkit.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <vector>
 
@@ -54,8 +55,25 @@ Result<Target> parse_target(std::string_view text) {
     for (int sm : archs) normal += (normal.empty() ? "sm_" : ",sm_") + std::to_string(sm);
     return Target{"cuda", normal};
   }
+  if (backend == "hip") {
+    // One AMD GPU architecture: hip:gfx90a, hip:gfx942, hip:gfx1100 (a code object is for one).
+    bool ok = arch.size() >= 6 && arch.size() <= 8 && arch.substr(0, 3) == "gfx";
+    for (size_t i = 3; ok && i < arch.size(); ++i) ok = std::isdigit(static_cast<unsigned char>(arch[i])) || (arch[i] >= 'a' && arch[i] <= 'f');
+    if (!ok) return invalid_argument("HIP target '" + std::string(text) + "' needs one AMD GPU architecture, such as hip:gfx90a, hip:gfx942 or hip:gfx1100");
+    return Target{"hip", std::string(arch)};
+  }
+  if (backend == "opencl") {
+    // Portable: SPIR-V and preprocessed OpenCL C together; the device picks what it takes.
+    if (!arch.empty() && arch != "generic") return invalid_argument("OpenCL target '" + std::string(text) + "': write opencl (or opencl:generic)");
+    return Target{"opencl", "generic"};
+  }
+  if (backend == "spirv") {
+    if (!arch.empty() && arch != "spirv64") return invalid_argument("SPIR-V target '" + std::string(text) + "': write spirv (or spirv:spirv64)");
+    return Target{"spirv", "spirv64"};
+  }
   return invalid_argument("unknown target '" + std::string(text) +
-                          "' (this kiln builds for: cpu, cpu:x86-64-v2 .. cpu:x86-64-v4, cuda:sm_XX, cuda:compute_XX)");
+                          "' (this kiln builds for: cpu, cpu:x86-64-v2 .. cpu:x86-64-v4, cuda:sm_XX, cuda:compute_XX, hip:gfxNNN, "
+                          "opencl, spirv)");
 }
 
 }  // namespace kiln::builders

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,6 +46,22 @@ struct KernelSignature {
   std::string symbol;  // the name in the module when it differs (a templated kernel's mangled name)
 };
 
+// Where a backend keeps what it derives from an image for one device, across processes: an
+// OpenCL device binary built from an op's source (a source build costs ~0.6 s on PoCL, loading
+// its binary ~1 ms). Whoever loads the image provides it (builders: over kiln's store); keys
+// are the backend's, and must name everything the bytes depend on (device, driver, image).
+class DerivedCodeCache {
+ public:
+  virtual ~DerivedCodeCache() = default;
+  // The bytes stored under `key`, or nothing (a miss, or bytes that failed their check).
+  virtual std::optional<std::string> get(std::string_view key) = 0;
+  // Best effort: a cache that cannot store says nothing; the next load builds again. `kind`
+  // ("opencl-binary"), `device` ("opencl:<device name>") and `label` ("op gelu") describe the
+  // bytes in listings.
+  virtual void put(std::string_view key, std::string_view bytes, std::string_view kind, std::string_view device,
+                   std::string_view label) = 0;
+};
+
 // Bytes to load and what they are. The runtime never parses specs: whoever built the
 // artifact says what it holds.
 struct ModuleImage {
@@ -53,6 +70,7 @@ struct ModuleImage {
   std::string_view bytes;   // not owned; load_module copies what it keeps
   std::vector<KernelSignature> kernels;
   std::string label;        // names the module in messages, e.g. "op vector_add"
+  DerivedCodeCache* derived_cache = nullptr;  // not owned; may be null (nothing kept)
 };
 
 // Marks a point in a stream's work. Maps to CUevent / hipEvent_t.

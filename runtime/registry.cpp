@@ -159,6 +159,7 @@ Result<Accelerator*> get_accelerator(const std::string& requested) {
   if (name.empty()) {
     for (const Backend* b : r.by_priority()) {
       const auto& reg = b->registration;
+      if (!reg.auto_select) continue;  // chosen by name only
       // One already made is available: no need to probe the device again.
       if (r.created.count(reg.name) || !reg.is_available || reg.is_available().ok()) {
         name = reg.name;

@@ -26,6 +26,10 @@ struct BackendRegistration {
   // ok, or kUnavailable saying why not. Null means always available.
   std::function<Status()> is_available;
   std::function<Result<std::unique_ptr<Accelerator>>()> create;
+  // False: never chosen by auto-detection, only by name (KILN_ACCELERATOR=opencl). For a
+  // backend whose cheap check cannot tell a real accelerator from one that runs on the host's
+  // CPU (OpenCL's ICD loader is everywhere; PoCL is a CPU device).
+  bool auto_select = true;
 };
 
 // The priorities of the built-in backends: auto-detection tries them in this order.

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <functional>
 #include <optional>
 
 #include <clang/Basic/Diagnostic.h>
@@ -39,6 +40,8 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/DataLayout.h>
+#include <llvm/IR/Constants.h>
 #include <llvm/Linker/Linker.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
@@ -51,10 +54,12 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include "jit/nvrtc/nvjitlink.h"
+#include "jit/spirv/spirv_validate.h"
 #include "jit/toolchain.h"
 #include "support/cuda_module_format.h"
 #include "support/cuda_toolkit.h"
 #include "support/file_util.h"
+#include "support/opencl_program_format.h"
 
 LLD_HAS_DRIVER(elf)
 
@@ -157,7 +162,7 @@ constexpr const char* k_pch_path = "/kiln-precompiled/prefix.pch";
 
 // What compile_one makes of a source: code (an object, or PTX for CUDA), or a precompiled
 // header of it (its text is an include prefix).
-enum class Make { kCode, kPrecompiledHeader, kModule };
+enum class Make { kCode, kPrecompiledHeader, kModule, kPreprocessed };
 
 // Make::kModule: the optimised LLVM module of a source, in `context`, and what the target
 // machine that generates its code must be (CUDA sources linked into one module).
@@ -166,6 +171,19 @@ struct ModuleOut {
   std::unique_ptr<llvm::Module> module;
   std::string triple, cpu;
   std::vector<std::string> features;
+};
+
+// -E into a stream of ours (Clang's own action writes to the output file).
+class PreprocessInto final : public clang::PreprocessorFrontendAction {
+ public:
+  explicit PreprocessInto(llvm::raw_ostream& out) : m_out(out) {}
+
+ private:
+  void ExecuteAction() override {
+    clang::CompilerInstance& ci = getCompilerInstance();
+    clang::DoPrintPreprocessedInput(ci.getPreprocessor(), &m_out, ci.getPreprocessorOutputOpts());
+  }
+  llvm::raw_ostream& m_out;
 };
 
 // Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
@@ -197,6 +215,16 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
       // Kiln's prelude in place of the CUDA headers, whose parsing costs 0.5-0.7 s.
       storage.insert(storage.end(), {"-nocudainc", "-include", "kiln/cuda_prelude.h"});
     }
+  } else if (request.language == "hip") {
+    // AMDGPU device code for one gfx architecture, with kiln's prelude in place of HIP's headers
+    // and no ROCm device libraries (backends/hip/include/kiln/hip_prelude.h says why).
+    storage = {k_clang_path, "-x", "hip", "--cuda-device-only", "--offload-arch=" + march_for(request.target), "-nogpuinc",
+               "-nogpulib", "-mcode-object-version=5", "-std=c++17", "-O3", "-include", "kiln/hip_prelude.h"};
+  } else if (request.language == "opencl") {
+    // OpenCL C 3.0 to LLVM's SPIR-V back end. The preprocessed text a device compiler gets
+    // leaves out Clang's own OpenCL header: the device has its own.
+    storage = {k_clang_path, "-x", "cl", "-cl-std=CL3.0", "--target=spirv64", "-O3"};
+    if (make == Make::kPreprocessed) storage.push_back("-cl-no-stdinc");
   } else {
     storage = {k_clang_path, "-x", "c++", "-std=c++20", "-O3", "-march=" + march_for(request.target), "-fPIC"};
   }
@@ -286,6 +314,13 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
       module_out->features = target.Features;
       ok = module_out->module != nullptr;
     }
+  } else if (make == Make::kPreprocessed) {
+    // Line markers stay, so a device compiler's messages name the op's own files and lines.
+    instance.getPreprocessorOutputOpts().ShowLineMarkers = true;
+    instance.getPreprocessorOutputOpts().ShowCPP = true;
+    llvm::raw_svector_ostream text(object.bytes);
+    PreprocessInto action(text);
+    ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
   } else if (request.language == "cuda") {
     clang::EmitAssemblyAction action;  // PTX is NVPTX's assembly
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
@@ -329,24 +364,28 @@ std::string_view pch_for(const CompileRequest& request, size_t source) {
   return it == request.precompiled_headers.end() ? std::string_view() : it->second;
 }
 
-// Several CUDA sources as one module: each compiled to LLVM IR, linked (llvm::Linker), optimised
-// again as a whole (cross-source inlining, as nvJitLink's LTO does for NVRTC) and turned into
-// one PTX by the NVPTX back end. kiln's own stand-in for `-fgpu-rdc` plus a device link, with
-// no symbol renamed by a per-file id, so the PTX does not depend on where the files are.
-bool link_cuda_sources(const std::vector<SourceFile>& sources, const CompileRequest& request, CollectingConsumer& consumer,
-                       CompileResult& result, std::string& ptx) {
+// Device sources as one module: each compiled to LLVM IR, linked (llvm::Linker), `inspect`ed
+// (it may read and change the module; false fails the compile), optimised again as a whole
+// (cross-source inlining, as nvJitLink's LTO does for NVRTC) and emitted by the target's back
+// end as `type` (PTX is NVPTX's assembly; AMDGPU and SPIR-V emit objects). kiln's own stand-in
+// for `-fgpu-rdc` plus a device link, with no symbol renamed by a per-file id, so the output does
+// not depend on where the files are.
+using ModuleInspector = std::function<bool(llvm::Module&, const llvm::DataLayout&, CompileResult&)>;
+
+bool link_device_sources(const std::vector<SourceFile>& sources, const CompileRequest& request, CollectingConsumer& consumer,
+                         CompileResult& result, llvm::CodeGenFileType type, const ModuleInspector& inspect, std::string& out) {
   llvm::LLVMContext context;
   std::unique_ptr<llvm::Module> linked;
   ModuleOut first;
   for (size_t i = 0; i < sources.size(); ++i) {
-    ModuleOut out;
-    out.context = &context;
+    ModuleOut one;
+    one.context = &context;
     ObjectFile unused;
-    if (!compile_one(sources[i], request, pch_for(request, i), Make::kModule, consumer, result, unused, &out)) return false;
+    if (!compile_one(sources[i], request, pch_for(request, i), Make::kModule, consumer, result, unused, &one)) return false;
     if (!linked) {
-      linked = std::move(out.module);
-      first = std::move(out);
-    } else if (llvm::Linker::linkModules(*linked, std::move(out.module))) {
+      linked = std::move(one.module);
+      first = std::move(one);
+    } else if (llvm::Linker::linkModules(*linked, std::move(one.module))) {
       result.diagnostics.push_back({Diagnostic::Severity::kError, sources[i].path, 0, 0,
                                     "cannot link this source's device code with the others (a symbol defined twice?)"});
       return false;
@@ -356,7 +395,7 @@ bool link_cuda_sources(const std::vector<SourceFile>& sources, const CompileRequ
   llvm::Triple triple(first.triple);
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
   if (!target) {
-    result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "no NVPTX target in this LLVM: " + error});
+    result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "no " + first.triple + " target in this LLVM: " + error});
     return false;
   }
   std::string features;
@@ -364,6 +403,7 @@ bool link_cuda_sources(const std::vector<SourceFile>& sources, const CompileRequ
   std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
       triple, first.cpu, features, llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
   linked->setDataLayout(machine->createDataLayout());
+  if (inspect && !inspect(*linked, linked->getDataLayout(), result)) return false;
   {
     llvm::LoopAnalysisManager loops;
     llvm::FunctionAnalysisManager functions;
@@ -377,24 +417,25 @@ bool link_cuda_sources(const std::vector<SourceFile>& sources, const CompileRequ
     builder.crossRegisterProxies(loops, functions, cgscc, modules);
     builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*linked, modules);
   }
-  llvm::SmallString<0> text;
-  llvm::raw_svector_ostream stream(text);
+  llvm::SmallString<0> bytes;
+  llvm::raw_svector_ostream stream(bytes);
   llvm::legacy::PassManager passes;
-  if (machine->addPassesToEmitFile(passes, stream, nullptr, llvm::CodeGenFileType::AssemblyFile)) {
-    result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "the NVPTX back end cannot emit PTX"});
+  if (machine->addPassesToEmitFile(passes, stream, nullptr, type)) {
+    result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "the " + first.triple + " back end cannot emit this module"});
     return false;
   }
   passes.run(*linked);
-  ptx.assign(text.data(), text.size());
+  out.assign(bytes.data(), bytes.size());
   return true;
 }
-
 
 // lld keeps global state: one link at a time per process.
 std::mutex g_link_mutex;
 
+// Links `objects` into one shared object: a host module (x86-64, with compiler-rt's builtins),
+// or with `amdgpu` an AMD GPU code object (hsaco), which is a shared object of its own machine.
 bool link_shared_object(const std::vector<ObjectFile>& objects, const std::string& label, std::string& out,
-                        std::vector<Diagnostic>& diagnostics, std::string& log) {
+                        std::vector<Diagnostic>& diagnostics, std::string& log, bool amdgpu = false) {
   // lld reads and writes real files; a private folder in RAM when there is one.
   std::string base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   std::string pattern = base + "/kiln-link-XXXXXX";
@@ -406,13 +447,14 @@ bool link_shared_object(const std::vector<ObjectFile>& objects, const std::strin
   // --exclude-libs keeps what comes from the builtins archive private to the module.
   std::vector<std::string> storage = {"ld.lld", "-shared", "--hash-style=gnu", "-z", "noexecstack",
                                       "-z", "now", "--exclude-libs=ALL", "-o", dir + "/module.so"};
+  if (amdgpu) storage = {"ld.lld", "-shared", "-m", "elf64_amdgpu", "--no-undefined", "-o", dir + "/module.so"};
   bool written = true;
   for (size_t i = 0; i < objects.size(); ++i) {
     std::string path = dir + "/" + std::to_string(i) + ".o";
     written = written && write_file_atomic(path, std::string_view(objects[i].bytes.data(), objects[i].bytes.size())).ok();
     storage.push_back(path);
   }
-  if (::access(KILN_CLANG_BUILTINS_PATH, R_OK) == 0) storage.push_back(KILN_CLANG_BUILTINS_PATH);
+  if (!amdgpu && ::access(KILN_CLANG_BUILTINS_PATH, R_OK) == 0) storage.push_back(KILN_CLANG_BUILTINS_PATH);
   bool ok = false;
   if (written) {
     std::vector<const char*> argv;
@@ -469,6 +511,8 @@ class ClangToolchain final : public Toolchain {
   CompileResult compile(const CompileRequest& request) override {
     if (request.output == CompileRequest::Output::kPrecompiledHeader) return compile_pch(request);
     if (request.language == "cuda") return compile_cuda(request);
+    if (request.language == "hip") return compile_hip(request);
+    if (request.language == "opencl") return compile_opencl(request);
     auto start = std::chrono::steady_clock::now();
     CompileResult result;
     result.kind = "host-so";
@@ -528,7 +572,7 @@ class ClangToolchain final : public Toolchain {
     } else {
       std::vector<SourceFile> sources = request.sources;
       sources.front() = first;
-      ok = link_cuda_sources(sources, request, consumer, result, ptx);
+      ok = link_device_sources(sources, request, consumer, result, llvm::CodeGenFileType::AssemblyFile, nullptr, ptx);
     }
     // The compiler's diagnostics first, then any from linking the sources.
     std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
@@ -536,6 +580,127 @@ class ClangToolchain final : public Toolchain {
     result.diagnostics = std::move(diagnostics);
     result.log = consumer.text();
     return ok;
+  }
+
+  static double ms_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  // CUDA sources for an AMD GPU: each to LLVM IR through kiln's HIP prelude, linked, templated
+  // entries resolved, one object emitted by the AMDGPU back end and linked by lld into a code
+  // object (hsaco) that hipModuleLoadData takes. Needs no ROCm.
+  CompileResult compile_hip(const CompileRequest& request) {
+    auto start = std::chrono::steady_clock::now();
+    CompileResult result;
+    result.kind = "hsaco";
+    std::vector<SourceFile> sources = request.sources;
+    // A templated entry is instantiated by taking its address in a device variable, whose
+    // initialiser then names the instance; the variable is dropped before code generation.
+    if (!request.name_expressions.empty()) sources.front().text += "\n#line 1 \"kiln: entry points (generated)\"";
+    for (size_t i = 0; i < request.name_expressions.size(); ++i)
+      sources.front().text += "\n__attribute__((device)) void* kiln_entry_ref_" + std::to_string(i) + " = (void*)&" +
+                              request.name_expressions[i] + ";\n";
+    auto resolve_entries = [&](llvm::Module& module, const llvm::DataLayout&, CompileResult& r) {
+      for (size_t i = 0; i < request.name_expressions.size(); ++i) {
+        llvm::GlobalVariable* ref = module.getGlobalVariable("kiln_entry_ref_" + std::to_string(i), true);
+        auto* fn = ref && ref->hasInitializer() ? llvm::dyn_cast<llvm::Function>(ref->getInitializer()->stripPointerCasts()) : nullptr;
+        if (!fn || fn->getCallingConv() != llvm::CallingConv::AMDGPU_KERNEL) {
+          r.diagnostics.push_back({Diagnostic::Severity::kError, request.sources.front().path, 0, 0,
+                                   "name expression '" + request.name_expressions[i] + "' names no kernel"});
+          return false;
+        }
+        r.lowered_names.emplace_back(request.name_expressions[i], fn->getName().str());
+        fn->setLinkage(llvm::GlobalValue::ExternalLinkage);  // an instance must outlive its reference
+        fn->setVisibility(llvm::GlobalValue::ProtectedVisibility);
+        ref->eraseFromParent();
+      }
+      return true;
+    };
+    clang::DiagnosticOptions options;
+    options.ShowColors = false;
+    CollectingConsumer consumer(options);
+    std::vector<ObjectFile> objects(1);
+    std::string object;
+    bool ok = link_device_sources(sources, request, consumer, result, llvm::CodeGenFileType::ObjectFile, resolve_entries, object);
+    std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
+    diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
+    result.diagnostics = std::move(diagnostics);
+    result.log = consumer.text();
+    if (ok) {
+      objects[0].path = request.sources.front().path;
+      objects[0].bytes.assign(object.begin(), object.end());
+      ok = link_shared_object(objects, request.label, result.artifact, result.diagnostics, result.log, /*amdgpu=*/true);
+    }
+    result.success = ok;
+    if (!ok) result.artifact.clear();
+    result.compile_ms = ms_since(start);
+    return result;
+  }
+
+  // OpenCL C for any OpenCL device: SPIR-V from LLVM's back end, checked by SPIRV-Tools' validator,
+  // and the preprocessed source for devices that take no IL; each kernel's parameter kinds as
+  // the compiler laid them out. Target "spirv" keeps the SPIR-V alone.
+  CompileResult compile_opencl(const CompileRequest& request) {
+    auto start = std::chrono::steady_clock::now();
+    CompileResult result;
+    const bool spirv_only = request.target.rfind("spirv", 0) == 0;
+    result.kind = spirv_only ? "spirv" : "opencl-program";
+    auto done = [&]() {
+      result.compile_ms = ms_since(start);
+      return result;
+    };
+    if (request.sources.size() != 1) {
+      result.diagnostics.push_back({Diagnostic::Severity::kError, request.sources.empty() ? "" : request.sources[1].path, 0, 0,
+                                    "an OpenCL op has one source file; put what its kernels share in headers it includes"});
+      return done();
+    }
+    OpenClProgramImage image;
+    image.build_options = "-cl-std=CL3.0";
+    auto read_kernels = [&](llvm::Module& module, const llvm::DataLayout& layout, CompileResult&) {
+      for (llvm::Function& fn : module) {
+        if (fn.isDeclaration() || fn.getCallingConv() != llvm::CallingConv::SPIR_KERNEL) continue;
+        OpenClKernelInfo k;
+        k.name = fn.getName().str();
+        for (llvm::Argument& arg : fn.args()) {
+          llvm::Type* type = arg.getType();
+          char kind = k_opencl_value;
+          if (type->isPointerTy()) {
+            unsigned space = type->getPointerAddressSpace();
+            kind = space == 3 ? k_opencl_local : space == 2 ? k_opencl_constant : k_opencl_global;
+          }
+          k.params += kind;
+          k.value_sizes.push_back(type->isPointerTy() ? 8u : static_cast<uint32_t>(layout.getTypeAllocSize(type)));
+        }
+        image.kernels.push_back(std::move(k));
+      }
+      return true;
+    };
+    clang::DiagnosticOptions options;
+    options.ShowColors = false;
+    CollectingConsumer consumer(options);
+    bool ok = link_device_sources(request.sources, request, consumer, result, llvm::CodeGenFileType::ObjectFile, read_kernels,
+                                  image.spirv);
+    if (ok) {
+      Status valid = validate_spirv(image.spirv);
+      if (!valid.ok()) {
+        result.diagnostics.push_back({Diagnostic::Severity::kError, request.sources.front().path, 0, 0, valid.message()});
+        ok = false;
+      }
+    }
+    if (ok && !spirv_only) {
+      // What was read to make the SPIR-V is already in result.dependencies; the same files again.
+      CompileResult scratch;
+      ObjectFile text;
+      ok = compile_one(request.sources.front(), request, {}, Make::kPreprocessed, consumer, scratch, text);
+      image.source.assign(text.bytes.data(), text.bytes.size());
+    }
+    std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
+    diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
+    result.diagnostics = std::move(diagnostics);
+    result.log = consumer.text();
+    result.success = ok;
+    if (ok) result.artifact = spirv_only ? image.spirv : encode_opencl_program(image);
+    return done();
   }
 
   // CUDA through NVPTX: PTX for the oldest listed architecture, then a cubin per listed
