@@ -105,6 +105,11 @@ static std::vector<std::string> hip_flags_from_nvrtc(const std::vector<std::stri
   return out;
 }
 
+std::string hip_toolchain_for() {
+  const char* env = std::getenv("KILN_HIP_TOOLCHAIN");
+  return env && std::string(env) == "hiprtc" ? "hiprtc" : "clang";
+}
+
 std::string cuda_toolchain_for(const OpSpec& spec) {
   if (const char* env = std::getenv("KILN_CUDA_TOOLCHAIN"); env && (std::string(env) == "clang" || std::string(env) == "nvrtc"))
     return env;

@@ -43,6 +43,9 @@ std::string cuda_device_include_dir();
 // Where kiln/hip_prelude.h and kiln's <cuda_bf16.h> for AMD GPUs are.
 std::string hip_device_include_dir();
 
+// Which toolchain compiles hip targets: $KILN_HIP_TOOLCHAIN ("clang", the default, or "hiprtc").
+std::string hip_toolchain_for();
+
 // Which toolchain compiles an op's CUDA: $KILN_CUDA_TOOLCHAIN ("nvrtc" or "clang") when set,
 // else the spec's [cuda] toolchain.
 std::string cuda_toolchain_for(const OpSpec& spec);

@@ -11,6 +11,7 @@
 
 #include "cache/cache_key.h"
 #include "cache/key_lock.h"
+#include "jit/hiprtc/hiprtc_toolchain.h"
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "jit/toolchain_loader.h"
 #include "runtime/registry.h"
@@ -376,7 +377,9 @@ Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
   in.nvrtc = target.backend == "cuda" && cuda_toolchain_for(spec) == "nvrtc";
   // Only the identity of what compiles for this target: a cpu key never depends on the CUDA
   // toolkit, and no CUDA library is looked at for a cpu target.
+  in.hiprtc = target.backend == "hip" && hip_toolchain_for() == "hiprtc";
   KILN_ASSIGN_OR_RETURN(in.identity, in.nvrtc                       ? jit::nvrtc_toolchain_identity()
+                                     : in.hiprtc                    ? jit::hiprtc_toolchain_identity()
                                      : target.backend == "cuda" ? jit::clang_cuda_toolchain_identity()
                                                                 : jit::clang_toolchain_identity());
   in.key = input_key(in.request, in.identity);
@@ -429,11 +432,13 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   if (tiers && (remote_lookup(spec, input, out, *tiers) || wait_for_cluster(spec, input, out, *tiers, lease))) return finish();
   if (m_store) m_store->count(cache::Counter::kMisses);
 
-  KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, nvrtc ? jit::load_nvrtc_toolchain() : jit::load_clang_toolchain());
+  KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, nvrtc       ? jit::load_nvrtc_toolchain()
+                                                    : in.hiprtc ? jit::load_hiprtc_toolchain()
+                                                                : jit::load_clang_toolchain());
   m_compiles.fetch_add(1);
   // Stored precompiled headers for the sources' include prefixes, or their builds started.
   PchUse pch;
-  if (m_pchs && !nvrtc) pch = m_pchs->prepare(request, identity, *toolchain);
+  if (m_pchs && !nvrtc && !in.hiprtc) pch = m_pchs->prepare(request, identity, *toolchain);
   out.pch_used = pch.used;
   out.pch_building = pch.building;
   if (log_enabled(LogLevel::kInfo)) {

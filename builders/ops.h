@@ -195,6 +195,7 @@ class Ops {
   struct Inputs {
     BuildRequest request;
     bool nvrtc = false;
+    bool hiprtc = false;
     std::string identity;
     KeyParts key;
   };

@@ -96,12 +96,12 @@ void write_templated_spec(const TempDir& dir) {
 }
 
 void write_block_sum_spec(const TempDir& dir) {
-  for (const char* file : {"block_sum_f32.toml", "block_sum.cpp", "block_sum.cu"})
+  for (const char* file : {"block_sum_f32.toml", "block_sum.cpp", "block_sum.cu", "block_sum.cl"})
     dir.write(file, read_text(test_spec_dir() + "/" + file));
 }
 
 void write_two_source_spec(const TempDir& dir) {
-  for (const char* file : {"two_sources.toml", "kernel.cpp", "helper.cpp", "kernel.cu", "helper.cu"})
+  for (const char* file : {"two_sources.toml", "kernel.cpp", "helper.cpp", "kernel.cu", "helper.cu", "two_sources.cl", "two_sources_helper.h"})
     dir.write(file, read_text(test_spec_dir() + "/" + file));
 }
 

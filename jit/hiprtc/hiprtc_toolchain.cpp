@@ -1,0 +1,253 @@
+#include "jit/hiprtc/hiprtc_toolchain.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <regex>
+
+#include "jit/hiprtc/hiprtc_wire.h"
+#include "support/elf_build_id.h"
+#include "support/file_memo.h"
+#include "support/file_util.h"
+#include "support/install_paths.h"
+
+extern char** environ;
+
+namespace kiln::jit {
+namespace {
+
+bool readable(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
+
+// Writes all of `data` to `fd` (EINTR and short writes retried), then closes it.
+bool write_and_close(int fd, std::string_view data) {
+  bool ok = true;
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return ok;
+}
+
+std::string read_all_and_close(int fd) {
+  std::string out;
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+// Runs the helper on `request`: the reply's bytes, or why there are none (it could not start,
+// it was killed by a signal, it exited non-zero).
+Result<std::string> run_helper(const std::string& helper, const std::string& request, const std::string& arch) {
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) return Status(StatusCode::kIoError, "hiprtc: cannot create a pipe");
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    ::close(in[0]);
+    ::close(in[1]);
+    return Status(StatusCode::kIoError, "hiprtc: cannot create a pipe");
+  }
+  // The helper's stderr (what a crashing hiprtc prints) is kept for the message, not shown.
+  int err = ::memfd_create("kiln-hiprtc-stderr", MFD_CLOEXEC);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  if (err >= 0) posix_spawn_file_actions_adddup2(&actions, err, 2);
+  pid_t pid = 0;
+  char* argv[] = {const_cast<char*>(helper.c_str()), nullptr};
+  int rc = ::posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(in[0]);
+  ::close(out[1]);
+  if (rc != 0) {
+    ::close(in[1]);
+    ::close(out[0]);
+    if (err >= 0) ::close(err);
+    return unavailable("hiprtc: cannot start the helper " + helper + ": " + std::strerror(rc));
+  }
+  // The helper reads its whole request before it writes, so writing first cannot deadlock.
+  write_and_close(in[1], request);
+  std::string reply = read_all_and_close(out[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::string said;
+  if (err >= 0) {
+    ::lseek(err, 0, SEEK_SET);
+    said = read_all_and_close(err);
+    while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+    if (said.size() > 2000) said = said.substr(0, 2000) + "...";
+  }
+  if (WIFSIGNALED(status))
+    return Status(StatusCode::kCompileError,
+                  "hiprtc crashed (" + std::string(strsignal(WTERMSIG(status))) + (said.empty() ? "" : ": " + said) + ") compiling for " + arch +
+                      ": this hiprtc does not handle that architecture (Debian's is built on LLVM 15 and aborts for gfx942). "
+                      "kiln ran it in a helper process, so only this compile failed; the in-process Clang toolchain "
+                      "(the default: unset KILN_HIP_TOOLCHAIN) builds " + arch);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return Status(StatusCode::kInternal, "hiprtc: the helper " + helper + " exited with status " + std::to_string(WEXITSTATUS(status)));
+  return reply;
+}
+
+// "kernel.cu:12:3: error: message" (Clang's form, which hiprtc's log uses) -> diagnostics.
+std::vector<Diagnostic> parse_log(const std::string& log) {
+  static const std::regex k_line(R"(^(.*):(\d+):(\d+): (error|warning|fatal error|note): (.*)$)");
+  std::vector<Diagnostic> out;
+  size_t start = 0;
+  while (start < log.size()) {
+    size_t end = log.find('\n', start);
+    std::string line = log.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    start = end == std::string::npos ? log.size() : end + 1;
+    std::smatch m;
+    if (!std::regex_match(line, m, k_line)) continue;
+    Diagnostic d;
+    d.file = m[1];
+    d.line = static_cast<unsigned>(std::stoul(m[2]));
+    d.column = static_cast<unsigned>(std::stoul(m[3]));
+    d.severity = m[4] == "warning" ? Diagnostic::Severity::kWarning
+                 : m[4] == "note"  ? Diagnostic::Severity::kNote
+                 : m[4] == "error" ? Diagnostic::Severity::kError
+                                   : Diagnostic::Severity::kFatal;
+    d.message = m[5];
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+class HiprtcToolchain final : public Toolchain {
+ public:
+  HiprtcToolchain(std::string library, std::string helper) : m_library(std::move(library)), m_helper(std::move(helper)) {}
+  std::string version() const override { return "hiprtc (" + m_library + ", in the helper " + m_helper + ")"; }
+
+  CompileResult compile(const CompileRequest& request) override {
+    auto start = std::chrono::steady_clock::now();
+    CompileResult result;
+    result.kind = "hsaco";
+    auto done = [&]() {
+      result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      return result;
+    };
+    auto fail = [&](const std::string& message) {
+      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, message});
+      return done();
+    };
+    if (request.language != "hip") return fail("the hiprtc toolchain compiles hip targets, not " + request.target);
+    if (request.sources.size() != 1) return fail("hiprtc compiles one source per program; the Clang toolchain (the default) links several");
+    HiprtcRequest q;
+    q.library = m_library;
+    q.arch = request.target.substr(request.target.find(':') + 1);
+    q.options = {"-O3", "-std=c++17"};
+    for (auto& d : request.defines) q.options.push_back("-D" + d);
+    q.options.insert(q.options.end(), request.flags.begin(), request.flags.end());
+    const SourceFile& source = request.sources.front();
+    q.source_name = source.path;
+    q.source = "#include \"kiln/hiprtc_prelude.h\"\n#line 1 \"" + source.path + "\"\n" + source.text;
+    // hiprtc reads no file itself here: every file of the include folders is handed over by its
+    // name relative to its folder, and enters the key (as for NVRTC, which reports none either).
+    for (auto& dir : request.include_dirs) {
+      std::error_code ec;
+      for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it); it.increment(ec)) {
+        if (!it->is_regular_file()) continue;
+        auto text = read_file(it->path().string());
+        if (!text.ok()) continue;
+        q.headers.emplace_back(std::filesystem::relative(it->path(), dir).string(), std::move(text).value());
+        result.dependencies.push_back(it->path().string());
+      }
+    }
+    q.name_expressions = request.name_expressions;
+    auto bytes = run_helper(m_helper, encode_hiprtc_request(q), q.arch);
+    if (!bytes.ok()) return fail(bytes.status().message());
+    auto reply = decode_hiprtc_reply(*bytes);
+    if (!reply.ok()) return fail("hiprtc: the helper's reply is unreadable: " + reply.status().message());
+    result.log = reply->log;
+    result.diagnostics = parse_log(reply->log);
+    if (!reply->success) {
+      if (result.diagnostics.empty() || !reply->log.empty()) result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, reply->error});
+      return done();
+    }
+    result.artifact = std::move(reply->code);
+    result.lowered_names = std::move(reply->lowered_names);
+    result.success = true;
+    return done();
+  }
+
+ private:
+  std::string m_library, m_helper;
+};
+
+}  // namespace
+
+Result<std::string> hiprtc_library_path() {
+  if (const char* env = std::getenv("KILN_HIPRTC_LIBRARY"); env && *env) {
+    if (readable(env)) return std::string(env);
+    return unavailable("KILN_HIPRTC_LIBRARY=" + std::string(env) + " is not a readable file");
+  }
+  std::string looked;
+  for (const char* dir : {"/opt/rocm/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"})
+    for (const char* name : {"libhiprtc.so.6", "libamdhip64.so.5"}) {
+      std::string path = std::string(dir) + "/" + name;
+      if (readable(path)) return path;
+      looked += (looked.empty() ? "" : ", ") + path;
+    }
+  return unavailable("no hiprtc: looked for " + looked + " (install ROCm or Debian's libamdhip64-5, or set KILN_HIPRTC_LIBRARY)");
+}
+
+std::string hiprtc_helper_path() {
+  if (const char* env = std::getenv("KILN_HIPRTC_HELPER"); env && *env) return env;
+  std::string dir = own_object_dir();
+  for (const std::string& candidate : {dir + "/kiln-hiprtc", dir + "/../bin/kiln-hiprtc", dir + "/kiln/kiln-hiprtc", dir + "/../lib/kiln/kiln-hiprtc"})
+    if (::access(candidate.c_str(), X_OK) == 0) return absolute_path(candidate);
+  return KILN_HIPRTC_HELPER_BUILD_PATH;
+}
+
+Result<std::string> hiprtc_toolchain_identity() {
+  KILN_ASSIGN_OR_RETURN(std::string library, hiprtc_library_path());
+  std::string helper = hiprtc_helper_path();
+  std::string real = std::filesystem::weakly_canonical(library).string();
+  auto lib_id = memo_elf_build_id(real);
+  if (!lib_id.ok()) return unavailable("hiprtc: cannot read " + real + ": " + lib_id.status().message());
+  auto helper_id = memo_elf_build_id(helper);
+  if (!helper_id.ok()) return unavailable("hiprtc: no helper at " + helper + " (" + helper_id.status().message() + ")");
+  return "hiprtc;" + std::filesystem::path(real).filename().string() + "=" + *lib_id + ";kiln-hiprtc=" + *helper_id;
+}
+
+Result<Toolchain*> load_hiprtc_toolchain() {
+  static std::once_flag once;
+  static Result<Toolchain*> loaded = unavailable("");
+  std::call_once(once, [] {
+    auto library = hiprtc_library_path();
+    if (!library.ok()) {
+      loaded = library.status();
+      return;
+    }
+    std::string helper = hiprtc_helper_path();
+    if (::access(helper.c_str(), X_OK) != 0) {
+      loaded = unavailable("hiprtc: the helper kiln-hiprtc is not at " + helper + " (set KILN_HIPRTC_HELPER)");
+      return;
+    }
+    loaded = static_cast<Toolchain*>(new HiprtcToolchain(*library, helper));
+  });
+  return loaded;
+}
+
+}  // namespace kiln::jit
