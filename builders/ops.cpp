@@ -381,6 +381,7 @@ Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
   KILN_ASSIGN_OR_RETURN(in.identity, in.nvrtc                       ? jit::nvrtc_toolchain_identity()
                                      : in.hiprtc                    ? jit::hiprtc_toolchain_identity()
                                      : target.backend == "cuda" ? jit::clang_cuda_toolchain_identity()
+                                     : target.backend == "opencl" || target.backend == "spirv" ? jit::clang_spirv_toolchain_identity()
                                                                 : jit::clang_toolchain_identity());
   in.key = input_key(in.request, in.identity);
   KILN_LOG_AT(kDebug, "lookup", "op " + spec.name + " for " + in.request.target.str() + ": input key " + in.key.key.hex() +

@@ -1,5 +1,12 @@
 #include "jit/toolchain.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "support/file_util.h"
+#include "support/install_paths.h"
+
 namespace kiln::jit {
 
 bool has_angled_include(std::string_view text) {
@@ -30,6 +37,16 @@ std::string Diagnostic::to_string() const {
   out += severity_name(severity);
   out += ": " + message;
   return out;
+}
+
+std::string spirv_helper_path() {
+  if (const char* env = std::getenv("KILN_SPIRV_HELPER"); env && *env) return env;
+  // Installed: <prefix>/lib/kiln/kiln-spirv beside the toolchain library, or from bin/kiln;
+  // a build tree: bin/kiln-spirv beside lib/.
+  std::string dir = own_object_dir();
+  for (const std::string& candidate : {dir + "/kiln-spirv", dir + "/kiln/kiln-spirv", dir + "/../lib/kiln/kiln-spirv", dir + "/../bin/kiln-spirv"})
+    if (::access(candidate.c_str(), X_OK) == 0) return absolute_path(candidate);
+  return KILN_SPIRV_HELPER_BUILD_PATH;
 }
 
 }  // namespace kiln::jit

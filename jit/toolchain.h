@@ -89,6 +89,10 @@ class Toolchain {
   virtual CompileResult compile(const CompileRequest& request) = 0;
 };
 
+// Where kiln-spirv (LLVM's SPIR-V back end, one module per process) is: $KILN_SPIRV_HELPER,
+// else beside the toolchain library or the program, else the build tree.
+std::string spirv_helper_path();
+
 }  // namespace kiln::jit
 
 // The symbol a toolchain library exports. Returns a toolchain that lives until exit.

@@ -91,6 +91,26 @@ Result<std::string> clang_cuda_toolchain_identity() {
   return identity;
 }
 
+Result<std::string> clang_spirv_toolchain_identity() {
+  static std::once_flag once;
+  static Result<std::string> identity = not_found("");
+  std::call_once(once, [] {
+    auto clang = clang_toolchain_identity();
+    if (!clang.ok()) {
+      identity = clang.status();
+      return;
+    }
+    std::string helper = spirv_helper_path();
+    auto build_id = memo_elf_build_id(helper);
+    if (!build_id.ok()) {
+      identity = unavailable("no SPIR-V emitter at " + helper + " (" + build_id.status().message() + "; set KILN_SPIRV_HELPER)");
+      return;
+    }
+    identity = clang.value() + ";kiln-spirv=" + build_id.value();
+  });
+  return identity;
+}
+
 namespace {
 std::once_flag g_load_once;
 Toolchain* g_toolchain = nullptr;

@@ -23,6 +23,10 @@ Result<std::string> clang_toolchain_identity();
 // cubins) and CUDA's libdevice (linked into the PTX).
 Result<std::string> clang_cuda_toolchain_identity();
 
+// The identity of OpenCL and SPIR-V compiles: the Clang toolchain's, plus kiln-spirv, the
+// helper that runs the SPIR-V back end's last step (jit/toolchain.h).
+Result<std::string> clang_spirv_toolchain_identity();
+
 // dlopen()s the toolchain library once per process (thread-safe) and returns its toolchain,
 // or says what is missing and where it looked.
 Result<Toolchain*> load_clang_toolchain();

@@ -7,7 +7,11 @@
 #include <sstream>
 
 #include "builders/ops.h"
+#include "jit/hiprtc/hiprtc_toolchain.h"
 #include "jit/nvrtc/nvrtc_toolchain.h"
+#if KILN_HAVE_OPENCL
+#include "backends/opencl/opencl_accelerator.h"
+#endif
 #include "jit/toolchain_loader.h"
 #include "runtime/registry.h"
 #include "support/units.h"
@@ -106,6 +110,36 @@ int cmd_doctor(const std::vector<std::string>& argv, const GlobalOptions& global
   toolchains.push_back({"nvrtc", nvrtc.ok(), nvrtc.ok() ? *nvrtc : nvrtc.status().message(), "searched " + nvrtc_where,
                         nvrtc.ok() ? version_of(jit::load_nvrtc_toolchain()) : ""});
 
+  // AMD GPU code objects: Clang in-process (kiln's HIP prelude; no ROCm needed), or hiprtc in
+  // its helper process. SPIR-V: Clang's SPIR-V back end, every module checked by SPIRV-Tools.
+  toolchains.push_back({"hip (clang)", clang.ok(), clang.ok() ? *clang : clang.status().message(),
+                        "prelude " + builders::hip_device_include_dir() + "/kiln/hip_prelude.h",
+                        clang.ok() ? "AMDGPU code objects in-process (hip:gfx90a, hip:gfx942, hip:gfx1100, ...)" : ""});
+  auto hiprtc = jit::hiprtc_toolchain_identity();
+  auto hiprtc_library = jit::hiprtc_library_path();
+  toolchains.push_back({"hiprtc", hiprtc.ok(), hiprtc.ok() ? *hiprtc : hiprtc.status().message(),
+                        (hiprtc_library.ok() ? *hiprtc_library : std::string("no library")) + ", run by " + jit::hiprtc_helper_path() +
+                            " (KILN_HIP_TOOLCHAIN=hiprtc)",
+                        hiprtc.ok() ? version_of(jit::load_hiprtc_toolchain()) : ""});
+  toolchains.push_back({"spirv", clang.ok(), clang.ok() ? *clang : clang.status().message(), "targets opencl and spirv",
+                        clang.ok() ? version_of(jit::load_clang_toolchain()) : ""});
+
+  // OpenCL platforms and devices, as the ICD loader lists them (no context is created).
+  std::vector<std::string> opencl_lines;
+#if KILN_HAVE_OPENCL
+  if (auto listing = backends::opencl::list_devices(); listing.ok()) {
+    for (auto& p : *listing) {
+      opencl_lines.push_back("platform " + p.platform);
+      for (size_t d = 0; d < p.devices.size(); ++d) opencl_lines.push_back("  device " + std::to_string(d) + ": " + p.devices[d]);
+    }
+    if (listing->empty()) opencl_lines.push_back("no platform (install an ICD such as pocl-opencl-icd)");
+  } else {
+    opencl_lines.push_back(listing.status().message());
+  }
+#else
+  opencl_lines.push_back("not built: kiln was configured without <CL/cl.h> (opencl-c-headers)");
+#endif
+
   // Cache and ops.
   builders::OpsOptions options;
   options.cache_dir = global.cache_dir;
@@ -150,6 +184,7 @@ int cmd_doctor(const std::vector<std::string>& argv, const GlobalOptions& global
       cuda_device |= a.native_target.rfind("cuda:", 0) == 0;
     }
     if (!cuda_device && (nvrtc.ok() || clang.ok())) targets.push_back("cuda:sm_90");
+    if (clang.ok()) targets.insert(targets.end(), {"hip:gfx90a", "opencl:generic"});
     for (auto& t : args->all("--target")) targets.push_back(t);
     std::sort(targets.begin(), targets.end());
     targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
@@ -206,6 +241,8 @@ int cmd_doctor(const std::vector<std::string>& argv, const GlobalOptions& global
       if (!t.version.empty()) o << ",\"version\":" << json_string(t.version);
       o << "}";
     }
+    o << "],\"opencl\":[";
+    for (size_t i = 0; i < opencl_lines.size(); ++i) o << (i ? "," : "") << json_string(opencl_lines[i]);
     o << "],\"cache\":{\"folder\":" << json_string(cache_root);
     if (stats)
       o << ",\"bytes\":" << stats->bytes << ",\"artifacts\":" << stats->artifacts << ",\"max_bytes\":" << stats->max_bytes;
@@ -256,6 +293,9 @@ int cmd_doctor(const std::vector<std::string>& argv, const GlobalOptions& global
     if (t.available) std::cout << "    identity (enters keys): " << t.identity_or_reason << "\n";
     std::cout << "    " << (t.name == "clang" ? "library " : "") << t.where << "\n";
   }
+
+  std::cout << "\nopencl (KILN_ACCELERATOR=opencl; device: KILN_OPENCL_DEVICE=platform:device)\n";
+  for (auto& line : opencl_lines) std::cout << "  " << line << "\n";
 
   std::cout << "\ncache\n  folder: " << cache_root << "\n";
   if (stats)

@@ -8,6 +8,7 @@
 
 #include "runtime/registry.h"
 #include "support/hash.h"
+#include "support/log.h"
 #include "support/opencl_program_format.h"
 
 namespace kiln::backends::opencl {
@@ -593,6 +594,7 @@ Result<std::shared_ptr<runtime::Module>> OpenClAccelerator::load_module(const ru
   cl_int rc = CL_SUCCESS;
   cl_program program = nullptr;
   bool from_cache = false;
+  double build_start = log_clock_ms();
   if (image.derived_cache)
     if (auto binary = image.derived_cache->get(derived_key)) {
       const unsigned char* bytes = reinterpret_cast<const unsigned char*>(binary->data());
@@ -602,13 +604,16 @@ Result<std::shared_ptr<runtime::Module>> OpenClAccelerator::load_module(const ru
       if (rc == CL_SUCCESS && binary_status == CL_SUCCESS &&
           m_api->clBuildProgram(program, 1, &m_device, program_image.build_options.c_str(), nullptr, nullptr) == CL_SUCCESS) {
         from_cache = true;
+        m_reloaded_binaries.fetch_add(1);
       } else if (program) {
         m_api->clReleaseProgram(program);  // a binary this driver no longer takes: build again
         program = nullptr;
       }
     }
   if (!program) {
-    if (m_takes_il && !program_image.spirv.empty()) {
+    bool from_il = m_takes_il && !program_image.spirv.empty();
+    (from_il ? m_built_from_il : m_built_from_source).fetch_add(1);
+    if (from_il) {
       program = m_api->clCreateProgramWithIL(m_context, program_image.spirv.data(), program_image.spirv.size(), &rc);
     } else if (!program_image.source.empty()) {
       const char* text = program_image.source.c_str();
@@ -626,6 +631,8 @@ Result<std::shared_ptr<runtime::Module>> OpenClAccelerator::load_module(const ru
                                                    error_name(rc) + "):\n" + log);
     }
   }
+  KILN_LOG_AT(kDebug, "load", image.label + ": OpenCL program " + (from_cache ? "reloaded from its device binary" : "built by the device") +
+                                  " in " + std::to_string(log_clock_ms() - build_start) + " ms");
   auto module = std::make_shared<OpenClModule>(*this, program, image.label);
   for (auto& sig : image.kernels) {
     const std::string& symbol = sig.symbol.empty() ? sig.name : sig.symbol;

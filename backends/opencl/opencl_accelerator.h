@@ -11,6 +11,7 @@
 // platform), else the first GPU, else the first device.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -67,6 +68,15 @@ class OpenClAccelerator final : public runtime::Accelerator {
   const std::string& device_identity() const { return m_identity; }
   bool takes_il() const { return m_takes_il; }
 
+  // How the programs loaded so far were made: built by the device's compiler (from SPIR-V or
+  // OpenCL C), or reloaded from a device binary a DerivedCodeCache kept.
+  struct ProgramCounts {
+    uint64_t built_from_source = 0, built_from_il = 0, reloaded_binaries = 0;
+  };
+  ProgramCounts program_counts() const {
+    return {m_built_from_source.load(), m_built_from_il.load(), m_reloaded_binaries.load()};
+  }
+
   // Streams register their queues so that deallocate can wait for work that may still use memory.
   void add_queue(cl_command_queue q);
   void remove_queue(cl_command_queue q);
@@ -82,6 +92,7 @@ class OpenClAccelerator final : public runtime::Accelerator {
   bool m_takes_il = false, m_fp16 = false, m_fp64 = false;
   uint64_t m_global_memory = 0;
   runtime::MemoryTracker m_memory;
+  std::atomic<uint64_t> m_built_from_source{0}, m_built_from_il{0}, m_reloaded_binaries{0};
   std::mutex m_queues_mutex;
   std::set<cl_command_queue> m_queues;
   std::once_flag m_default_once;

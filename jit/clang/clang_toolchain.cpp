@@ -40,6 +40,7 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/DataLayout.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/Linker/Linker.h>
@@ -60,6 +61,7 @@
 #include "support/cuda_toolkit.h"
 #include "support/file_util.h"
 #include "support/opencl_program_format.h"
+#include "support/subprocess.h"
 
 LLD_HAS_DRIVER(elf)
 
@@ -372,6 +374,25 @@ std::string_view pch_for(const CompileRequest& request, size_t source) {
 // not depend on where the files are.
 using ModuleInspector = std::function<bool(llvm::Module&, const llvm::DataLayout&, CompileResult&)>;
 
+// The SPIR-V back end's last step, in kiln-spirv: LLVM 22 keeps that back end's module state in a
+// static, and a second module emitted in one process can come out with duplicate ids
+// (jit/spirv/spirv_emit_main.cpp). The module is handed over as bitcode.
+bool emit_spirv_in_helper(llvm::Module& module, const std::string& triple, const std::string& cpu, const std::string& features,
+                          CompileResult& result, std::string& out) {
+  llvm::SmallString<0> bitcode;
+  llvm::raw_svector_ostream stream(bitcode);
+  llvm::WriteBitcodeToFile(module, stream);
+  std::string helper = spirv_helper_path();
+  auto ran = run_subprocess({helper, triple, cpu, features}, std::string_view(bitcode.data(), bitcode.size()));
+  if (!ran.ok() || ran->signal || ran->exit_code != 0 || ran->out.empty()) {
+    std::string why = !ran.ok() ? ran.status().message() : ran->how_it_ended() + (ran->err.empty() ? "" : ": " + ran->err);
+    result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "the SPIR-V emitter " + helper + " " + why});
+    return false;
+  }
+  out = std::move(ran->out);
+  return true;
+}
+
 bool link_device_sources(const std::vector<SourceFile>& sources, const CompileRequest& request, CollectingConsumer& consumer,
                          CompileResult& result, llvm::CodeGenFileType type, const ModuleInspector& inspect, std::string& out) {
   llvm::LLVMContext context;
@@ -417,6 +438,7 @@ bool link_device_sources(const std::vector<SourceFile>& sources, const CompileRe
     builder.crossRegisterProxies(loops, functions, cgscc, modules);
     builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*linked, modules);
   }
+  if (triple.isSPIRV()) return emit_spirv_in_helper(*linked, first.triple, first.cpu, features, result, out);
   llvm::SmallString<0> bytes;
   llvm::raw_svector_ostream stream(bytes);
   llvm::legacy::PassManager passes;
@@ -506,7 +528,9 @@ class ClangToolchain final : public Toolchain {
     llvm::InitializeAllAsmParsers();
   }
 
-  std::string version() const override { return "clang " LLVM_VERSION_STRING " (in-process, lld)"; }
+  std::string version() const override {
+    return "clang " LLVM_VERSION_STRING " (in-process, lld; SPIR-V checked by " + spirv_tools_version() + ")";
+  }
 
   CompileResult compile(const CompileRequest& request) override {
     if (request.output == CompileRequest::Output::kPrecompiledHeader) return compile_pch(request);

@@ -1,10 +1,6 @@
 #include "jit/hiprtc/hiprtc_toolchain.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,94 +15,25 @@
 #include "support/file_memo.h"
 #include "support/file_util.h"
 #include "support/install_paths.h"
-
-extern char** environ;
+#include "support/subprocess.h"
 
 namespace kiln::jit {
 namespace {
 
 bool readable(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
 
-// Writes all of `data` to `fd` (EINTR and short writes retried), then closes it.
-bool write_and_close(int fd, std::string_view data) {
-  bool ok = true;
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ok = false;
-      break;
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return ok;
-}
-
-std::string read_all_and_close(int fd) {
-  std::string out;
-  char buffer[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
 // Runs the helper on `request`: the reply's bytes, or why there are none (it could not start,
 // it was killed by a signal, it exited non-zero).
 Result<std::string> run_helper(const std::string& helper, const std::string& request, const std::string& arch) {
-  int in[2], out[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) return Status(StatusCode::kIoError, "hiprtc: cannot create a pipe");
-  if (::pipe2(out, O_CLOEXEC) != 0) {
-    ::close(in[0]);
-    ::close(in[1]);
-    return Status(StatusCode::kIoError, "hiprtc: cannot create a pipe");
-  }
-  // The helper's stderr (what a crashing hiprtc prints) is kept for the message, not shown.
-  int err = ::memfd_create("kiln-hiprtc-stderr", MFD_CLOEXEC);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in[0], 0);
-  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  if (err >= 0) posix_spawn_file_actions_adddup2(&actions, err, 2);
-  pid_t pid = 0;
-  char* argv[] = {const_cast<char*>(helper.c_str()), nullptr};
-  int rc = ::posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(in[0]);
-  ::close(out[1]);
-  if (rc != 0) {
-    ::close(in[1]);
-    ::close(out[0]);
-    if (err >= 0) ::close(err);
-    return unavailable("hiprtc: cannot start the helper " + helper + ": " + std::strerror(rc));
-  }
-  // The helper reads its whole request before it writes, so writing first cannot deadlock.
-  write_and_close(in[1], request);
-  std::string reply = read_all_and_close(out[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  std::string said;
-  if (err >= 0) {
-    ::lseek(err, 0, SEEK_SET);
-    said = read_all_and_close(err);
-    while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
-    if (said.size() > 2000) said = said.substr(0, 2000) + "...";
-  }
-  if (WIFSIGNALED(status))
+  KILN_ASSIGN_OR_RETURN(SubprocessResult r, run_subprocess({helper}, request));
+  if (r.signal)
     return Status(StatusCode::kCompileError,
-                  "hiprtc crashed (" + std::string(strsignal(WTERMSIG(status))) + (said.empty() ? "" : ": " + said) + ") compiling for " + arch +
+                  "hiprtc crashed (" + std::string(strsignal(r.signal)) + (r.err.empty() ? "" : ": " + r.err) + ") compiling for " + arch +
                       ": this hiprtc does not handle that architecture (Debian's is built on LLVM 15 and aborts for gfx942). "
                       "kiln ran it in a helper process, so only this compile failed; the in-process Clang toolchain "
                       "(the default: unset KILN_HIP_TOOLCHAIN) builds " + arch);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return Status(StatusCode::kInternal, "hiprtc: the helper " + helper + " exited with status " + std::to_string(WEXITSTATUS(status)));
-  return reply;
+  if (r.exit_code != 0) return Status(StatusCode::kInternal, "hiprtc: the helper " + helper + " " + r.how_it_ended() + ": " + r.err);
+  return std::move(r.out);
 }
 
 // "kernel.cu:12:3: error: message" (Clang's form, which hiprtc's log uses) -> diagnostics.

@@ -119,5 +119,11 @@ KILN_HIP_SHUFFLE(double)
 KILN_HIP_SHUFFLE(long long)
 #undef KILN_HIP_SHUFFLE
 
-__device__ inline float atomicAdd(float* p, float v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
-__device__ inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+// Device-scope relaxed atomics, as CUDA's atomicAdd.
+__device__ inline float atomicAdd(float* p, float v) { return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT); }
+__device__ inline double atomicAdd(double* p, double v) { return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT); }
+__device__ inline int atomicAdd(int* p, int v) { return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT); }
+__device__ inline unsigned atomicAdd(unsigned* p, unsigned v) { return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT); }
+__device__ inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
