@@ -2,9 +2,10 @@
 #   P/bin/kiln                          the CLI
 #   P/lib/libkiln.so                    the C++ API (<kiln/kiln.h>)
 #   P/lib/kiln/libkiln_jit_clang.so     the in-process Clang toolchain, dlopen'ed on a miss
+#   P/lib/kiln/kiln-spirv, kiln-hiprtc  helpers run per compile: LLVM's SPIR-V back end, hiprtc
 #   P/include/kiln/kiln.h               the public header
 #   P/share/kiln/specs                  the bundled ops
-#   P/share/kiln/include/{cpu,cuda}     the kernel ABI headers kernels include (<kiln/cpu_kernel.h>)
+#   P/share/kiln/include/{cpu,cuda,hip} the headers kernels include (<kiln/cpu_kernel.h>, kiln's HIP prelude)
 #   P/lib/cmake/kiln, P/lib/pkgconfig   find_package(kiln) -> kiln::kiln; pkg-config kiln
 # kiln finds share/kiln and lib/kiln from its own file (support/install_paths.h), so the tree
 # may be moved after installing. Always lib/, never lib/<multiarch>: that lookup is relative.
@@ -17,11 +18,15 @@ if(TARGET kiln_jit_clang)
   # It links libLLVM and libclang-cpp from the system's LLVM: keep pointing there.
   set_target_properties(kiln_jit_clang PROPERTIES INSTALL_RPATH "${LLVM_LIBRARY_DIR}")
   install(TARGETS kiln_jit_clang LIBRARY DESTINATION lib/kiln)
+  set_target_properties(kiln-spirv PROPERTIES INSTALL_RPATH "${LLVM_LIBRARY_DIR}")
+  install(TARGETS kiln-spirv RUNTIME DESTINATION lib/kiln)
 endif()
+install(TARGETS kiln-hiprtc RUNTIME DESTINATION lib/kiln)
 install(FILES ${PROJECT_SOURCE_DIR}/api/include/kiln/kiln.h DESTINATION include/kiln)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/specs/ DESTINATION share/kiln/specs)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/backends/cpu/include/ DESTINATION share/kiln/include/cpu)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/backends/cuda/include/ DESTINATION share/kiln/include/cuda)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/backends/hip/include/ DESTINATION share/kiln/include/hip)
 
 install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${KILN_INSTALL_CMAKEDIR})
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/kilnConfig.cmake.in ${PROJECT_BINARY_DIR}/kilnConfig.cmake

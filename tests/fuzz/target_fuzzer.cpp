@@ -15,5 +15,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto again = kiln::builders::parse_target(t->str());
   if (!again.ok() || !(*again == *t)) std::abort();
   if (t->backend == "cuda" && kiln::cuda_archs_in(t->str()).empty()) std::abort();
+  if (t->backend == "hip" && t->arch.rfind("gfx", 0) != 0) std::abort();
   return 0;
 }

@@ -18,8 +18,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 cmake --install "$build" --prefix "$work/installed" >/dev/null
 mv "$work/installed" "$work/moved"
 prefix=$work/moved
-for f in bin/kiln lib/libkiln.so lib/kiln/libkiln_jit_clang.so include/kiln/kiln.h share/kiln/specs/vector_add.toml \
-         share/kiln/include/cpu/kiln/cpu_kernel.h lib/cmake/kiln/kilnConfig.cmake lib/pkgconfig/kiln.pc; do
+for f in bin/kiln lib/libkiln.so lib/kiln/libkiln_jit_clang.so lib/kiln/kiln-spirv lib/kiln/kiln-hiprtc include/kiln/kiln.h \
+         share/kiln/specs/vector_add.toml share/kiln/include/cpu/kiln/cpu_kernel.h share/kiln/include/hip/kiln/hip_prelude.h \
+         lib/cmake/kiln/kilnConfig.cmake lib/pkgconfig/kiln.pc; do
   [ -e "$prefix/$f" ] || fail "$f is not installed"
 done
 
@@ -29,6 +30,14 @@ grep -q "cache miss" <<<"$out" || fail "expected a compile: $out"
 grep -q ": ok" <<<"$out" || fail "the op's check did not pass: $out"
 doctor=$("$prefix/bin/kiln" doctor 2>&1) || true
 grep -q "library $prefix/lib/kiln/libkiln_jit_clang.so" <<<"$doctor" || fail "doctor does not use the installed toolchain: $doctor"
+
+# The other targets through the installed helpers and headers: SPIR-V (kiln-spirv beside the
+# toolchain library), an AMD code object (the HIP prelude under share/kiln/include/hip).
+for target in spirv opencl hip:gfx942; do
+  out=$("$prefix/bin/kiln" --cache-dir "$work/targets" build "$prefix/share/kiln/specs/gelu.toml" --target "$target" 2>&1) ||
+    fail "kiln build --target $target: $out"
+done
+"$prefix/bin/kiln" doctor 2>&1 | grep -q "run by $prefix/lib/kiln/kiln-hiprtc" || fail "doctor does not name the installed hiprtc helper"
 
 # The same op has the same key from the build tree and from the moved install: no path of
 # either enters it, so caches and bundles move between them.
