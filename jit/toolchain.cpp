@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <regex>
 
 #include "support/file_util.h"
 #include "support/install_paths.h"
@@ -36,6 +37,31 @@ std::string Diagnostic::to_string() const {
   }
   out += severity_name(severity);
   out += ": " + message;
+  return out;
+}
+
+std::vector<Diagnostic> parse_log_lines(const std::string& log, const LogLineFormat& format) {
+  const std::regex pattern(format.pattern);
+  std::vector<Diagnostic> out;
+  size_t start = 0;
+  while (start < log.size()) {
+    size_t end = log.find('\n', start);
+    std::string line = log.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    start = end == std::string::npos ? log.size() : end + 1;
+    std::smatch m;
+    if (!std::regex_match(line, m, pattern)) continue;
+    Diagnostic d;
+    d.file = m[format.file];
+    d.line = static_cast<unsigned>(std::stoul(m[format.line]));
+    if (format.column) d.column = static_cast<unsigned>(std::stoul(m[format.column]));
+    std::string severity = m[format.severity];
+    d.severity = severity == "warning"                       ? Diagnostic::Severity::kWarning
+                 : severity == "note" || severity == "remark" ? Diagnostic::Severity::kNote
+                 : severity == "error"                        ? Diagnostic::Severity::kError
+                                                              : Diagnostic::Severity::kFatal;
+    d.message = m[format.message];
+    out.push_back(std::move(d));
+  }
   return out;
 }
 

@@ -62,6 +62,15 @@ struct Diagnostic {
 
 const char* severity_name(Diagnostic::Severity s);
 
+// The lines of a compiler's log that are diagnostics, by a pattern whose groups give the file,
+// line, column (group 0: none), severity word and message. "warning" is a warning, "note" and
+// "remark" notes, "error" an error, anything else ("fatal error", "catastrophic error") fatal.
+struct LogLineFormat {
+  const char* pattern;  // an ECMAScript regular expression for a whole line
+  int file, line, column, severity, message;
+};
+std::vector<Diagnostic> parse_log_lines(const std::string& log, const LogLineFormat& format);
+
 struct CompileResult {
   bool success = false;
   std::string artifact;   // the artifact's bytes (a host shared object for cpu targets)

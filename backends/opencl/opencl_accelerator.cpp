@@ -15,23 +15,19 @@ namespace kiln::backends::opencl {
 
 namespace {
 
-std::string platform_string(const Api& cl, cl_platform_id p, cl_platform_info what) {
+// A string property through clGetPlatformInfo or clGetDeviceInfo (asked for its size first).
+template <class Handle, class What>
+std::string info_string(cl_int (*get)(Handle, What, size_t, void*, size_t*), Handle h, What what) {
   size_t size = 0;
-  if (cl.clGetPlatformInfo(p, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return "";
+  if (get(h, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return "";
   std::string out(size, '\0');
-  cl.clGetPlatformInfo(p, what, size, out.data(), nullptr);
+  get(h, what, size, out.data(), nullptr);
   out.resize(std::strlen(out.c_str()));
   return out;
 }
 
-std::string device_string(const Api& cl, cl_device_id d, cl_device_info what) {
-  size_t size = 0;
-  if (cl.clGetDeviceInfo(d, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return "";
-  std::string out(size, '\0');
-  cl.clGetDeviceInfo(d, what, size, out.data(), nullptr);
-  out.resize(std::strlen(out.c_str()));
-  return out;
-}
+std::string platform_string(const Api& cl, cl_platform_id p, cl_platform_info what) { return info_string(cl.clGetPlatformInfo, p, what); }
+std::string device_string(const Api& cl, cl_device_id d, cl_device_info what) { return info_string(cl.clGetDeviceInfo, d, what); }
 
 template <class T>
 T device_value(const Api& cl, cl_device_id d, cl_device_info what) {

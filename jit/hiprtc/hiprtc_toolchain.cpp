@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
-#include <regex>
 
 #include "jit/hiprtc/hiprtc_wire.h"
 #include "support/elf_build_id.h"
@@ -38,27 +37,7 @@ Result<std::string> run_helper(const std::string& helper, const std::string& req
 
 // "kernel.cu:12:3: error: message" (Clang's form, which hiprtc's log uses) -> diagnostics.
 std::vector<Diagnostic> parse_log(const std::string& log) {
-  static const std::regex k_line(R"(^(.*):(\d+):(\d+): (error|warning|fatal error|note): (.*)$)");
-  std::vector<Diagnostic> out;
-  size_t start = 0;
-  while (start < log.size()) {
-    size_t end = log.find('\n', start);
-    std::string line = log.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    start = end == std::string::npos ? log.size() : end + 1;
-    std::smatch m;
-    if (!std::regex_match(line, m, k_line)) continue;
-    Diagnostic d;
-    d.file = m[1];
-    d.line = static_cast<unsigned>(std::stoul(m[2]));
-    d.column = static_cast<unsigned>(std::stoul(m[3]));
-    d.severity = m[4] == "warning" ? Diagnostic::Severity::kWarning
-                 : m[4] == "note"  ? Diagnostic::Severity::kNote
-                 : m[4] == "error" ? Diagnostic::Severity::kError
-                                   : Diagnostic::Severity::kFatal;
-    d.message = m[5];
-    out.push_back(std::move(d));
-  }
-  return out;
+  return parse_log_lines(log, {R"(^(.*):(\d+):(\d+): (error|warning|fatal error|note): (.*)$)", 1, 2, 3, 4, 5});
 }
 
 class HiprtcToolchain final : public Toolchain {

@@ -85,26 +85,7 @@ struct NvrtcApi {
 
 // "kernel.cu(12): error: identifier "x" is undefined" -> a Diagnostic.
 std::vector<Diagnostic> parse_log(const std::string& log) {
-  static const std::regex k_line(R"(^(.*)\((\d+)\): (error|warning|catastrophic error|remark): (.*)$)");
-  std::vector<Diagnostic> out;
-  size_t start = 0;
-  while (start < log.size()) {
-    size_t end = log.find('\n', start);
-    std::string line = log.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    start = end == std::string::npos ? log.size() : end + 1;
-    std::smatch m;
-    if (!std::regex_match(line, m, k_line)) continue;
-    Diagnostic d;
-    d.file = m[1];
-    d.line = static_cast<unsigned>(std::stoul(m[2]));
-    d.severity = m[3] == "warning" ? Diagnostic::Severity::kWarning
-                 : m[3] == "remark" ? Diagnostic::Severity::kNote
-                 : m[3] == "error"  ? Diagnostic::Severity::kError
-                                    : Diagnostic::Severity::kFatal;
-    d.message = m[4];
-    out.push_back(std::move(d));
-  }
-  return out;
+  return parse_log_lines(log, {R"(^(.*)\((\d+)\): (error|warning|catastrophic error|remark): (.*)$)", 1, 2, 0, 3, 4});
 }
 
 class NvrtcToolchain final : public Toolchain {
