@@ -20,8 +20,12 @@ std::string artifact_kind_for(const Target& target) {
   return "host-so";
 }
 
-// The headers in <...> a CUDA source includes that kiln's HIP path provides itself.
-static bool hip_provides(std::string_view header) { return header == "cuda_bf16.h" || header == "cuda_runtime.h"; }
+// The headers in <...> a CUDA source includes that kiln's HIP path provides itself
+// (backends/hip/include: the subsets of cooperative groups and CUB that kernels commonly use).
+static bool hip_provides(std::string_view header) {
+  return header == "cuda_bf16.h" || header == "cuda_runtime.h" || header == "cooperative_groups.h" ||
+         header == "cooperative_groups/reduce.h" || header == "cub/block/block_reduce.cuh";
+}
 
 // The first header in <...> among `text`'s #includes that the HIP path cannot give it
 // (a CUDA toolkit library such as CUB or cooperative groups), or empty.
@@ -64,7 +68,8 @@ Status is_compatible(const OpSpec& spec, const Target& target) {
       }
       if (std::string lacking = header_hip_lacks(text); !lacking.empty())
         return unavailable("op " + spec.name + ": " + s.rel_path + " includes <" + lacking +
-                           ">, a CUDA toolkit header with no HIP counterpart in kiln (kiln maps the CUDA language, not its libraries)");
+                           ">, a CUDA toolkit header with no counterpart in kiln's HIP headers (backends/hip/include: the CUDA language, cuda_bf16.h, "
+                           "and the parts of cooperative groups and CUB kernels commonly use)");
     }
     return {};
   }
