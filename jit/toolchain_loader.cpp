@@ -95,6 +95,11 @@ Result<std::string> clang_spirv_toolchain_identity() {
   static std::once_flag once;
   static Result<std::string> identity = not_found("");
   std::call_once(once, [] {
+    // A node that only loads (no LLVM, no kiln-spirv) names it, as KILN_CLANG_IDENTITY does.
+    if (const char* given = std::getenv("KILN_SPIRV_IDENTITY"); given && *given) {
+      identity = std::string(given);
+      return;
+    }
     auto clang = clang_toolchain_identity();
     if (!clang.ok()) {
       identity = clang.status();

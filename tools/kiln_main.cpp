@@ -11,6 +11,7 @@
 
 #include "builders/ops.h"
 #include "builders/self_check.h"
+#include "jit/hiprtc/hiprtc_toolchain.h"
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "jit/toolchain_loader.h"
 #include "support/file_util.h"
@@ -168,14 +169,17 @@ int cmd_toolchains(const std::vector<std::string>& argv) {
   if (!args.ok() || !args->positional.empty()) return usage_error("usage: kiln toolchains [--json]", k_main_help);
   if (args->has("--help") || args->has("-h"))
     return std::cout << "usage: kiln toolchains [--json]\n\nEach toolchain's identity, as it enters cache keys. On a node "
-                        "that only loads\nartifacts, set KILN_CLANG_IDENTITY to the clang identity printed here by a node\n"
-                        "that compiles.\n",
+                        "that only loads\nartifacts, set KILN_CLANG_IDENTITY (and KILN_SPIRV_IDENTITY for opencl and spirv\n"
+                        "artifacts) to the identities printed here by a node that compiles.\n",
            0;
   struct Row {
     const char* name;
     Result<std::string> id;
   };
-  Row rows[] = {{"clang", jit::clang_toolchain_identity()}, {"nvrtc", jit::nvrtc_toolchain_identity()}};
+  Row rows[] = {{"clang", jit::clang_toolchain_identity()},
+                {"spirv", jit::clang_spirv_toolchain_identity()},
+                {"nvrtc", jit::nvrtc_toolchain_identity()},
+                {"hiprtc", jit::hiprtc_toolchain_identity()}};
   if (args->has("--json")) {
     std::cout << "{";
     bool first = true;

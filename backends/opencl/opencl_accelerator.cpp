@@ -65,6 +65,8 @@ std::string type_name(cl_device_type t) {
 
 // ---- events, streams, graphs
 
+// An event is the marker its last record() enqueued. A record on one thread may replace it while
+// another thread waits on it: readers take their own reference (Held) first.
 class OpenClEvent final : public runtime::Event {
  public:
   explicit OpenClEvent(const OpenClAccelerator& acc) : m_acc(acc) {}
@@ -74,34 +76,49 @@ class OpenClEvent final : public runtime::Event {
     if (m_event) m_acc.cl().clReleaseEvent(m_event);
     m_event = e;
   }
-  // The marker it stands for now, retained for the caller's use under the lock's protection.
-  cl_event handle() {
+  // The current marker, retained for as long as the Held lives (null when never recorded).
+  class Held {
+   public:
+    Held(const Api& cl, cl_event e) : m_cl(cl), m_event(e) {}
+    Held(const Held&) = delete;
+    ~Held() {
+      if (m_event) m_cl.clReleaseEvent(m_event);
+    }
+    cl_event get() const { return m_event; }
+
+   private:
+    const Api& m_cl;
+    cl_event m_event;
+  };
+  Held hold() {
     std::lock_guard lock(m_mutex);
-    return m_event;
+    if (m_event) m_acc.cl().clRetainEvent(m_event);
+    return Held(m_acc.cl(), m_event);
   }
   bool query() override {
-    cl_event e = handle();
-    if (!e) return true;
+    Held e = hold();
+    if (!e.get()) return true;
     cl_int status = CL_COMPLETE;
-    m_acc.cl().clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr);
+    m_acc.cl().clGetEventInfo(e.get(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr);
     return status == CL_COMPLETE || status < 0;
   }
   Status synchronize() override {
-    cl_event e = handle();
-    if (!e) return {};
-    KILN_CL_CHECK(m_acc.cl().clWaitForEvents(1, &e), "waiting for an event");
+    Held e = hold();
+    if (!e.get()) return {};
+    cl_event event = e.get();
+    KILN_CL_CHECK(m_acc.cl().clWaitForEvents(1, &event), "waiting for an event");
     return {};
   }
   Result<double> elapsed_ms_since(runtime::Event& start) override {
     auto* s = dynamic_cast<OpenClEvent*>(&start);
     if (!s) return invalid_argument("elapsed_ms_since: the start event belongs to another accelerator");
-    cl_event a = s->handle(), b = handle();
-    if (!a || !b) return invalid_argument("elapsed_ms_since: both events must have been recorded");
-    KILN_RETURN_IF_ERROR(s->synchronize());
-    KILN_RETURN_IF_ERROR(synchronize());
+    Held a = s->hold(), b = hold();
+    if (!a.get() || !b.get()) return invalid_argument("elapsed_ms_since: both events must have been recorded");
+    cl_event both[] = {a.get(), b.get()};
+    KILN_CL_CHECK(m_acc.cl().clWaitForEvents(2, both), "waiting for the events");
     cl_ulong t0 = 0, t1 = 0;
-    KILN_CL_CHECK(m_acc.cl().clGetEventProfilingInfo(a, CL_PROFILING_COMMAND_END, sizeof t0, &t0, nullptr), "timing an event");
-    KILN_CL_CHECK(m_acc.cl().clGetEventProfilingInfo(b, CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr), "timing an event");
+    KILN_CL_CHECK(m_acc.cl().clGetEventProfilingInfo(a.get(), CL_PROFILING_COMMAND_END, sizeof t0, &t0, nullptr), "timing an event");
+    KILN_CL_CHECK(m_acc.cl().clGetEventProfilingInfo(b.get(), CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr), "timing an event");
     return (static_cast<double>(t1) - static_cast<double>(t0)) / 1e6;
   }
 
@@ -180,7 +197,8 @@ class OpenClStream final : public runtime::Stream {
     auto* e = dynamic_cast<OpenClEvent*>(&event);
     if (!e) return invalid_argument("wait: the event belongs to another accelerator");
     return submit([e](OpenClStream& s) -> Status {
-      cl_event marker = e->handle();
+      OpenClEvent::Held held = e->hold();
+      cl_event marker = held.get();
       if (!marker) return {};  // never recorded: nothing to wait for
       cl_event done = nullptr;
       KILN_CL_CHECK(s.cl().clEnqueueBarrierWithWaitList(s.queue(), 1, &marker, &done), "waiting on an event");

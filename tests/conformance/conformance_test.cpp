@@ -420,6 +420,31 @@ sources = ["random_uniform.cpp"]
 [[entry]]
 name = "random_uniform"
 params = ["float* out", "int64_t n", "uint64_t seed", "uint64_t offset"]
+[opencl]
+sources = ["random_uniform.cl"]
+)");
+  // OpenCL C has no namespaces, so not kiln/philox.h: the same Philox4x32-10, written again, which
+  // must agree with the host's draw for draw.
+  dir.write("random_uniform.cl", R"(typedef struct { uint v[4]; } Counter;
+Counter philox4x32_10(Counter c, uint k0, uint k1) {
+  for (int round = 0; round < 10; ++round) {
+    uint hi0 = mul_hi(0xD2511F53u, c.v[0]), lo0 = 0xD2511F53u * c.v[0];
+    uint hi1 = mul_hi(0xCD9E8D57u, c.v[2]), lo1 = 0xCD9E8D57u * c.v[2];
+    Counter n = {{hi1 ^ c.v[1] ^ k0, lo1, hi0 ^ c.v[3] ^ k1, lo0}};
+    c = n;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return c;
+}
+__kernel void random_uniform(__global float* out, long n, ulong seed, ulong offset) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  ulong index = offset + (ulong)i / 4;
+  Counter c = {{(uint)index, (uint)(index >> 32), 0u, 0u}};
+  Counter b = philox4x32_10(c, (uint)seed, (uint)(seed >> 32));
+  out[i] = (float)(b.v[i % 4] >> 8) * (1.0f / 16777216.0f);
+}
 )");
   dir.write("random_uniform.cpp", R"(#include "kiln/cpu_kernel.h"
 #include "kiln/philox.h"
@@ -429,7 +454,8 @@ void random_uniform(const kiln::cpu::Block& b, float* out, int64_t n, uint64_t s
     out[i] = kiln::philox::to_unit_float(kiln::philox::draw_u32(seed, offset, (uint64_t)i));
 }
 )");
-  if (acc->native_target().rfind("cpu:", 0) != 0) GTEST_SKIP() << "the random test kernel is written for cpu targets";
+  if (acc->native_target().rfind("cpu:", 0) != 0 && acc->native_target().rfind("opencl:", 0) != 0)
+    GTEST_SKIP() << "the random test kernel is written for cpu and opencl targets";
   builders::OpsOptions o;
   o.cache_dir = cache_dir();
   o.spec_dirs = {dir.path()};
