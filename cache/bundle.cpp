@@ -198,9 +198,8 @@ Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const 
       auto artifact = check_blob_file(c.key, c.payload);
       if (!artifact.ok()) return refuse(what + ": " + artifact.status().message());
       c.record = std::move(artifact->record);  // the decoded bytes are dropped: import needs only the file
-    } else if (c.payload.empty()) {
-      return refuse(what + " is empty");
     }
+    // An empty manifest is a real one: a compile that read no header (an OpenCL kernel with none).
     checked.push_back(std::move(c));
   }
   if (pos != index.size() || offset != all.size()) return refuse("it holds more than its index lists (" + std::to_string(all.size() - offset) + " bytes)");

@@ -9,6 +9,7 @@
 #include "backends/hip/hip_accelerator.h"
 #include "backends/opencl/opencl_accelerator.h"
 #include "builders/ops.h"
+#include "cache/bundle.h"
 #include "builders/self_check.h"
 #include "runtime/registry.h"
 #include "support/file_util.h"
@@ -113,6 +114,28 @@ TEST_F(OpenClBackend, ADamagedDeviceBinaryIsBuiltAgainNotLoaded) {
   EXPECT_EQ(after.built_from_source + after.built_from_il, before.built_from_source + before.built_from_il + 1);
   auto report = builders::run_self_check(*fresh, **op, {{{"n", 4099}}, 1});
   ASSERT_TRUE(report.ok() && report->passed);
+}
+
+TEST_F(OpenClBackend, ABundleCarriesOpenClProgramsAndDeviceBinariesToAnotherCache) {
+  // vector_add's OpenCL source includes nothing: its manifest is empty, and a bundle takes it.
+  { ASSERT_TRUE(ops({testing::bundled_spec_dir()})->get("vector_add").ok()); }
+  testing::TempDir out;
+  auto source = ops({testing::bundled_spec_dir()});
+  auto packed = cache::pack_bundle(*source->store(), out / "b.kb", {}, "");
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  testing::TempDir other_cache;
+  builders::OpsOptions o;
+  o.cache_dir = other_cache.path();
+  o.spec_dirs = {testing::bundled_spec_dir()};
+  o.accelerator = "opencl";
+  auto other = builders::Ops::create(o).value();
+  auto unpacked = cache::unpack_bundle(*other->store(), out / "b.kb", "");
+  ASSERT_TRUE(unpacked.ok()) << unpacked.status().message();
+  auto before = acc->program_counts();
+  auto op = other->get("vector_add");
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  EXPECT_EQ(other->compile_count(), 0u) << "the bundle's program was compiled again";
+  EXPECT_EQ(acc->program_counts().reloaded_binaries, before.reloaded_binaries + 1) << "the bundle's device binary was not used";
 }
 
 TEST_F(OpenClBackend, AKernelWhoseParametersDisagreeWithTheSpecIsRefusedByName) {
