@@ -105,6 +105,14 @@ void write_two_source_spec(const TempDir& dir) {
     dir.write(file, read_text(test_spec_dir() + "/" + file));
 }
 
+void write_one_off_spec(const TempDir& dir, const std::string& name, const std::string& params, const std::string& table,
+                        const std::string& file, const std::string& body) {
+  dir.write(name + ".toml", "name = \"" + name + "\"\nlanguage = \"cpp\"\nsources = [\"" + name + ".cpp\"]\n[[entry]]\nname = \"" + name +
+                                "\"\nparams = [" + params + "]\n[" + table + "]\nsources = [\"" + file + "\"]\n");
+  dir.write(name + ".cpp", "\n");
+  dir.write(file, body);
+}
+
 ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   TempDir io;
   std::string out_path = io / "out", err_path = io / "err";

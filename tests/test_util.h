@@ -59,6 +59,12 @@ void write_block_sum_spec(const TempDir& dir);
 // reads a variable defined in a second source.
 void write_two_source_spec(const TempDir& dir);
 
+// A one-off op `name` in `dir`: one entry of that name with `params` (a TOML array's items), an
+// empty CPU source, and `file` holding `body` as the only source of its `table` table ("cuda",
+// "opencl").
+void write_one_off_spec(const TempDir& dir, const std::string& name, const std::string& params, const std::string& table,
+                        const std::string& file, const std::string& body);
+
 // The kiln binary built alongside the tests.
 std::string kiln_binary();
 

@@ -140,10 +140,8 @@ TEST_F(OpenClBackend, ABundleCarriesOpenClProgramsAndDeviceBinariesToAnotherCach
 
 TEST_F(OpenClBackend, AKernelWhoseParametersDisagreeWithTheSpecIsRefusedByName) {
   testing::TempDir specs;
-  specs.write("narrow.toml", "name = \"narrow\"\nlanguage = \"cpp\"\nsources = [\"narrow.cpp\"]\n[[entry]]\nname = \"narrow\"\n"
-                             "params = [\"float* x\", \"int64_t n\"]\n[opencl]\nsources = [\"narrow.cl\"]\n");
-  specs.write("narrow.cpp", "\n");
-  specs.write("narrow.cl", "__kernel void narrow(__global float* x, int n) { if (get_global_id(0) < n) x[0] = 1.0f; }\n");
+  testing::write_one_off_spec(specs, "narrow", "\"float* x\", \"int64_t n\"", "opencl", "narrow.cl",
+                              "__kernel void narrow(__global float* x, int n) { if (get_global_id(0) < n) x[0] = 1.0f; }\n");
   auto op = ops({specs.path()})->get("narrow");
   ASSERT_FALSE(op.ok());
   EXPECT_NE(op.status().message().find("parameter 1 is 4 bytes; the spec's is 8"), std::string::npos) << op.status().message();

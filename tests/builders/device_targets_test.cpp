@@ -103,10 +103,8 @@ TEST_F(DeviceTargetsTest, CudaSourcesBecomeAmdCodeObjectsForThreeArchitecturesWi
 
 TEST_F(DeviceTargetsTest, ACudaLibraryKilnDoesNotMapIsRefusedForAmdBeforeCompiling) {
   testing::TempDir specs;
-  specs.write("sorts.toml", "name = \"sorts\"\nlanguage = \"cpp\"\nsources = [\"sorts.cpp\"]\n[[entry]]\nname = \"sorts\"\n"
-                            "params = [\"float* x\"]\n[cuda]\nsources = [\"sorts.cu\"]\n");
-  specs.write("sorts.cpp", "\n");
-  specs.write("sorts.cu", "#include <thrust/sort.h>\nextern \"C\" __global__ void sorts(float* x) {}\n");
+  testing::write_one_off_spec(specs, "sorts", "\"float* x\"", "cuda", "sorts.cu",
+                              "#include <thrust/sort.h>\nextern \"C\" __global__ void sorts(float* x) {}\n");
   auto local = make_ops({specs.path()});
   Status st = is_compatible(local->find_spec("sorts").value(), parse_target("hip:gfx90a").value());
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
@@ -124,10 +122,8 @@ TEST_F(DeviceTargetsTest, TemplatedEntriesAndSeveralSourcesLinkForAmd) {
 
 TEST_F(DeviceTargetsTest, AKernelErrorForAmdPointsAtItsLine) {
   testing::TempDir specs;
-  specs.write("broken.toml", "name = \"broken\"\nlanguage = \"cpp\"\nsources = [\"broken.cpp\"]\n[[entry]]\nname = \"broken\"\n"
-                             "params = [\"float* x\"]\n[cuda]\nsources = [\"broken.cu\"]\n");
-  specs.write("broken.cpp", "\n");
-  specs.write("broken.cu", "extern \"C\" __global__ void broken(float* x) {\n  x[0] = undeclared_thing;\n}\n");
+  testing::write_one_off_spec(specs, "broken", "\"float* x\"", "cuda", "broken.cu",
+                              "extern \"C\" __global__ void broken(float* x) {\n  x[0] = undeclared_thing;\n}\n");
   auto local = make_ops({specs.path()});
   BuildOutcome out = build(*local, "broken", "hip:gfx942");
   ASSERT_FALSE(out.success);
@@ -198,10 +194,8 @@ TEST(SpirvValidation, DamagedModulesAreRefusedWithTheValidatorsWords) {
 
 TEST_F(DeviceTargetsTest, OpenClCompileErrorsPointAtTheOpsFileAndLine) {
   testing::TempDir specs;
-  specs.write("bad_cl.toml", "name = \"bad_cl\"\nlanguage = \"cpp\"\nsources = [\"bad_cl.cpp\"]\n[[entry]]\nname = \"bad_cl\"\n"
-                             "params = [\"float* x\"]\n[opencl]\nsources = [\"bad_cl.cl\"]\n");
-  specs.write("bad_cl.cpp", "\n");
-  specs.write("bad_cl.cl", "__kernel void bad_cl(__global float* x) {\n  x[0] = 1.0f\n}\n");
+  testing::write_one_off_spec(specs, "bad_cl", "\"float* x\"", "opencl", "bad_cl.cl",
+                              "__kernel void bad_cl(__global float* x) {\n  x[0] = 1.0f\n}\n");
   auto local = make_ops({specs.path()});
   BuildOutcome out = build(*local, "bad_cl", "opencl");
   ASSERT_FALSE(out.success);
