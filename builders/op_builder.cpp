@@ -28,18 +28,10 @@ static bool hip_provides(std::string_view header) {
 }
 
 // The first header in <...> among `text`'s #includes that the HIP path cannot give it
-// (a CUDA toolkit library such as CUB or cooperative groups), or empty.
+// (a CUDA toolkit library such as Thrust), or empty.
 static std::string header_hip_lacks(std::string_view text) {
-  size_t at = 0;
-  while ((at = text.find("#include", at)) != std::string_view::npos) {
-    at += 8;
-    size_t open = text.find_first_not_of(" \t", at);
-    if (open == std::string_view::npos || text[open] != '<') continue;
-    size_t close = text.find('>', open);
-    if (close == std::string_view::npos) break;
-    std::string_view header = text.substr(open + 1, close - open - 1);
+  for (std::string_view header : jit::angled_includes(text))
     if (!hip_provides(header)) return std::string(header);
-  }
   return {};
 }
 

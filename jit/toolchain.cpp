@@ -1,22 +1,24 @@
 #include "jit/toolchain.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
 #include <regex>
 
-#include "support/file_util.h"
 #include "support/install_paths.h"
 
 namespace kiln::jit {
 
-bool has_angled_include(std::string_view text) {
+std::vector<std::string_view> angled_includes(std::string_view text) {
+  std::vector<std::string_view> out;
   for (size_t pos = 0; (pos = text.find("#include", pos)) != std::string_view::npos; pos += 8) {
     size_t open = text.find_first_not_of(" \t", pos + 8);
-    if (open != std::string_view::npos && text[open] == '<') return true;
+    if (open == std::string_view::npos || text[open] != '<') continue;
+    size_t close = text.find_first_of(">\n", open);
+    if (close == std::string_view::npos || text[close] != '>') continue;
+    out.push_back(text.substr(open + 1, close - open - 1));
   }
-  return false;
+  return out;
 }
+
+bool has_angled_include(std::string_view text) { return !angled_includes(text).empty(); }
 
 const char* severity_name(Diagnostic::Severity s) {
   switch (s) {
@@ -65,14 +67,6 @@ std::vector<Diagnostic> parse_log_lines(const std::string& log, const LogLineFor
   return out;
 }
 
-std::string spirv_helper_path() {
-  if (const char* env = std::getenv("KILN_SPIRV_HELPER"); env && *env) return env;
-  // Installed: <prefix>/lib/kiln/kiln-spirv beside the toolchain library, or from bin/kiln;
-  // a build tree: bin/kiln-spirv beside lib/.
-  std::string dir = own_object_dir();
-  for (const std::string& candidate : {dir + "/kiln-spirv", dir + "/kiln/kiln-spirv", dir + "/../lib/kiln/kiln-spirv", dir + "/../bin/kiln-spirv"})
-    if (::access(candidate.c_str(), X_OK) == 0) return absolute_path(candidate);
-  return KILN_SPIRV_HELPER_BUILD_PATH;
-}
+std::string spirv_helper_path() { return find_kiln_file("kiln-spirv", "KILN_SPIRV_HELPER", KILN_SPIRV_HELPER_BUILD_PATH); }
 
 }  // namespace kiln::jit

@@ -46,7 +46,9 @@ struct CompileRequest {
   std::map<size_t, std::string_view> precompiled_headers;
 };
 
-// True when `text` has an #include of a header in <...> (a toolkit or system header).
+// The headers `text` #includes in <...> (toolkit or system headers), in order: "cuda_bf16.h".
+std::vector<std::string_view> angled_includes(std::string_view text);
+// True when `text` has an #include of a header in <...>.
 bool has_angled_include(std::string_view text);
 
 struct Diagnostic {

@@ -22,21 +22,9 @@ namespace {
 
 constexpr const char* k_library_name = "libkiln_jit_clang.so";
 
-bool file_exists(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
-
 }  // namespace
 
-std::string clang_toolchain_library_path() {
-  if (const char* env = std::getenv("KILN_JIT_LIBRARY"); env && *env) return env;
-  std::string dir = own_object_dir();
-  // Beside a build tree's bin/ (lib/), or installed: from <prefix>/bin/kiln or from
-  // <prefix>/lib/libkiln.so, <prefix>/lib/kiln/ (support/install_paths.h).
-  for (const std::string& candidate : {dir + "/../lib/" + k_library_name, dir + "/" + k_library_name,
-                                       dir + "/../lib/kiln/" + k_library_name, dir + "/kiln/" + k_library_name}) {
-    if (file_exists(candidate)) return absolute_path(candidate);
-  }
-  return KILN_JIT_BUILD_PATH;
-}
+std::string clang_toolchain_library_path() { return find_kiln_file(k_library_name, "KILN_JIT_LIBRARY", KILN_JIT_BUILD_PATH); }
 
 Result<std::string> clang_toolchain_identity() {
   static std::once_flag once;

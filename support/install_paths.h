@@ -17,4 +17,10 @@ const std::string& installed_data_dir();
 // The folder of the executable or shared library this code is linked into.
 std::string own_object_dir();
 
+// One of kiln's own files that is not data (the toolchain library, the helper programs): the
+// file `env_var` names when set, else `name` found beside the code running (bin/ or lib/ of a
+// build tree; bin/, lib/ or lib/kiln/ of an installed tree), else `build_path`, where the build
+// tree put it.
+std::string find_kiln_file(const std::string& name, const char* env_var, const std::string& build_path);
+
 }  // namespace kiln

@@ -1,6 +1,8 @@
 #include "support/subprocess.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -10,19 +12,64 @@
 #include <cerrno>
 #include <cstring>
 
+
 extern char** environ;
 
 namespace kiln {
 namespace {
 
-void write_all_and_close(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // the helper stopped reading (it died): its status says why
-    data.remove_prefix(static_cast<size_t>(n));
+// Feeds `input` to the helper's stdin while reading its stdout, so that neither side waits on
+// the other whatever each writes first; closes both. A helper that dies early makes the write
+// fail with EPIPE and raise SIGPIPE, which would end kiln: the signal is blocked on this thread
+// meanwhile and a pending one taken back (the process-wide disposition is not touched, so
+// threads running helpers at once cannot undo each other). Its exit status says why it died.
+std::string exchange(int to_child, int from_child, std::string_view input) {
+  sigset_t pipe_signal, previous;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_signal, &previous);
+  ::fcntl(to_child, F_SETFL, ::fcntl(to_child, F_GETFL) | O_NONBLOCK);
+  if (input.empty()) {
+    ::close(to_child);
+    to_child = -1;
   }
-  ::close(fd);
+  bool broken = false;
+  std::string out;
+  char buffer[65536];
+  while (from_child >= 0) {
+    pollfd fds[2] = {{from_child, POLLIN, 0}, {to_child, POLLOUT, 0}};
+    if (::poll(fds, to_child >= 0 ? 2 : 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (to_child >= 0 && fds[1].revents) {
+      ssize_t n = ::write(to_child, input.data(), input.size());
+      if (n > 0) input.remove_prefix(static_cast<size_t>(n));
+      if (n < 0 && errno != EAGAIN && errno != EINTR) broken = true;  // the helper stopped reading
+      if (input.empty() || broken) {
+        ::close(to_child);
+        to_child = -1;
+      }
+    }
+    if (fds[0].revents) {
+      ssize_t n = ::read(from_child, buffer, sizeof buffer);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) {
+        ::close(from_child);
+        from_child = -1;
+      } else {
+        out.append(buffer, static_cast<size_t>(n));
+      }
+    }
+  }
+  if (to_child >= 0) ::close(to_child);
+  if (broken) {
+    const timespec now{0, 0};
+    while (::sigtimedwait(&pipe_signal, nullptr, &now) == SIGPIPE) {
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return out;
 }
 
 std::string read_all_and_close(int fd) {
@@ -75,14 +122,8 @@ Result<SubprocessResult> run_subprocess(const std::vector<std::string>& argv, st
     if (err >= 0) ::close(err);
     return unavailable("cannot start " + argv[0] + ": " + std::strerror(rc));
   }
-  // A helper that dies early must not take kiln with it through SIGPIPE.
-  struct sigaction ignore{}, previous{};
-  ignore.sa_handler = SIG_IGN;
-  ::sigaction(SIGPIPE, &ignore, &previous);
-  write_all_and_close(in[1], input);
-  ::sigaction(SIGPIPE, &previous, nullptr);
   SubprocessResult r;
-  r.out = read_all_and_close(out[0]);
+  r.out = exchange(in[1], out[0], input);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

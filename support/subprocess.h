@@ -20,10 +20,9 @@ struct SubprocessResult {
   std::string how_it_ended() const;
 };
 
-// Starts `argv[0]` (a path) with `argv`, writes `input` to its stdin and closes it, reads its
-// stdout to the end and waits for it. kUnavailable when it cannot be started; an exit or a
-// signal of the helper is in the result, not an error. The helper must read all of its input
-// before writing much output (both of kiln's do).
+// Starts `argv[0]` (a path) with `argv`, writes `input` to its stdin (then closes it) while
+// reading its stdout to the end, and waits for it. kUnavailable when it cannot be started; an
+// exit or a signal of the helper is in the result, not an error.
 Result<SubprocessResult> run_subprocess(const std::vector<std::string>& argv, std::string_view input);
 
 }  // namespace kiln

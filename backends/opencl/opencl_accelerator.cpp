@@ -153,6 +153,11 @@ class OpenClStream final : public runtime::Stream {
   cl_command_queue queue() const { return m_queue; }
   const Api& cl() const { return m_acc.cl(); }
 
+  bool capturing() {
+    std::lock_guard lock(m_mutex);
+    return m_capturing;
+  }
+
   // Runs `work` now, or records it when capturing.
   Status submit(CapturedWork work) {
     {
@@ -260,9 +265,8 @@ Status OpenClGraph::launch(runtime::Stream& stream) {
 
 class OpenClKernel final : public runtime::Kernel {
  public:
-  OpenClKernel(const OpenClAccelerator& acc, runtime::KernelSignature sig, cl_kernel kernel, std::string kinds,
-               std::vector<uint32_t> sizes)
-      : m_acc(acc), m_sig(std::move(sig)), m_kernel(kernel), m_kinds(std::move(kinds)), m_sizes(std::move(sizes)) {}
+  OpenClKernel(const OpenClAccelerator& acc, runtime::KernelSignature sig, cl_kernel kernel, std::string kinds)
+      : m_acc(acc), m_sig(std::move(sig)), m_kernel(kernel), m_kinds(std::move(kinds)) {}
   ~OpenClKernel() override { m_acc.cl().clReleaseKernel(m_kernel); }
   const runtime::KernelSignature& signature() const override { return m_sig; }
   using runtime::Kernel::launch;
@@ -274,14 +278,20 @@ class OpenClKernel final : public runtime::Kernel {
       return invalid_argument("kernel " + m_sig.name + " takes " + std::to_string(m_sig.param_sizes.size()) +
                               " arguments, launch passed " + std::to_string(num_args));
     if (config.grid.count() == 0 || config.block.count() == 0) return invalid_argument("kernel " + m_sig.name + ": empty grid or block");
-    // The values are copied now, as Kernel::launch promises (and a captured launch needs).
+    // Now: clSetKernelArg copies the values, so nothing is allocated. Captured: the values are
+    // copied into the graph, as Kernel::launch promises, and set when it runs.
+    if (!s->capturing()) return enqueue(*s, args, config);
     std::vector<std::string> values(num_args);
     for (size_t i = 0; i < num_args; ++i) values[i].assign(static_cast<const char*>(args[i]), m_sig.param_sizes[i]);
-    return s->submit([this, values = std::move(values), config](OpenClStream& on) { return enqueue(on, values, config); });
+    return s->submit([this, values = std::move(values), config](OpenClStream& on) {
+      std::vector<const void*> pointers;
+      for (auto& v : values) pointers.push_back(v.data());
+      return enqueue(on, pointers.data(), config);
+    });
   }
 
  private:
-  Status enqueue(OpenClStream& s, const std::vector<std::string>& values, const runtime::LaunchConfig& config) {
+  Status enqueue(OpenClStream& s, const void* const* args, const runtime::LaunchConfig& config) {
     const Api& cl = m_acc.cl();
     // Arguments live in the kernel object until the enqueue: one launch at a time per kernel.
     std::lock_guard lock(m_mutex);
@@ -291,11 +301,11 @@ class OpenClKernel final : public runtime::Kernel {
         KILN_CL_CHECK(cl.clSetKernelArg(m_kernel, index, std::max<size_t>(config.shared_bytes, 4), nullptr),
                       "kernel " + m_sig.name + ": its local memory (" + std::to_string(config.shared_bytes) + " bytes)");
       } else if (m_kinds[i] == k_opencl_value) {
-        KILN_CL_CHECK(cl.clSetKernelArg(m_kernel, index, values[i].size(), values[i].data()),
+        KILN_CL_CHECK(cl.clSetKernelArg(m_kernel, index, m_sig.param_sizes[i], args[i]),
                       "kernel " + m_sig.name + ": argument " + std::to_string(i));
       } else {
         void* pointer = nullptr;
-        std::memcpy(&pointer, values[i].data(), sizeof pointer);
+        std::memcpy(&pointer, args[i], sizeof pointer);
         KILN_CL_CHECK(cl.clSetKernelArgSVMPointer(m_kernel, index, pointer),
                       "kernel " + m_sig.name + ": argument " + std::to_string(i) + " (memory from this accelerator's allocate?)");
       }
@@ -314,7 +324,6 @@ class OpenClKernel final : public runtime::Kernel {
   runtime::KernelSignature m_sig;
   cl_kernel m_kernel;
   std::string m_kinds;
-  std::vector<uint32_t> m_sizes;
   std::mutex m_mutex;
 };
 
@@ -352,7 +361,7 @@ class OpenClModule final : public runtime::Module {
     cl_int rc = CL_SUCCESS;
     cl_kernel k = m_acc.cl().clCreateKernel(m_program, symbol.c_str(), &rc);
     if (rc != CL_SUCCESS) return Status(StatusCode::kNotFound, m_label + ": kernel " + sig.name + ": " + error_name(rc));
-    m_kernels[sig.name] = std::make_unique<OpenClKernel>(m_acc, sig, k, info.params, info.value_sizes);
+    m_kernels[sig.name] = std::make_unique<OpenClKernel>(m_acc, sig, k, info.params);
     return {};
   }
 

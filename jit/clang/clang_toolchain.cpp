@@ -16,8 +16,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <functional>
+#include <mutex>
 #include <optional>
 
 #include <clang/Basic/Diagnostic.h>
@@ -344,6 +344,9 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   return ok;
 }
 
+// The name of the device variable that references name expression `i`.
+std::string entry_reference(size_t i) { return "kiln_entry_ref_" + std::to_string(i); }
+
 // Finds `.global .align 8 .u64 <variable> = <symbol>;` in `ptx`, removes that line and returns
 // the symbol when it is a kernel (.entry) of the PTX.
 std::optional<std::string> take_entry_reference(std::string& ptx, const std::string& variable) {
@@ -449,6 +452,28 @@ bool link_device_sources(const std::vector<SourceFile>& sources, const CompileRe
   passes.run(*linked);
   out.assign(bytes.data(), bytes.size());
   return true;
+}
+
+// A templated entry is instantiated by taking its address in a device variable,
+// kiln_entry_ref_<i>: Clang resolves the expression as C++ would, and the variable's initialiser
+// names the instance's symbol (read from the PTX for CUDA, from the module for AMD GPUs), after
+// which the variable is removed. Appended to the first source, under a #line that names them.
+void append_entry_references(SourceFile& first, const std::vector<std::string>& name_expressions) {
+  if (!name_expressions.empty()) first.text += "\n#line 1 \"kiln: entry points (generated)\"";
+  for (size_t i = 0; i < name_expressions.size(); ++i)
+    first.text += "\n__attribute__((device)) void* " + entry_reference(i) + " = (void*)&" + name_expressions[i] + ";\n";
+}
+
+// The compiler's diagnostics first, then those kiln added (linking, validation); and its log.
+void collect_diagnostics(CollectingConsumer& consumer, CompileResult& result) {
+  std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
+  diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
+  result.diagnostics = std::move(diagnostics);
+  result.log = consumer.text();
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 // lld keeps global state: one link at a time per process.
@@ -557,7 +582,7 @@ class ClangToolchain final : public Toolchain {
     if (ok) ok = link_shared_object(objects, request.label, result.artifact, result.diagnostics, result.log);
     result.success = ok;
     if (!ok) result.artifact.clear();
-    result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    result.compile_ms = ms_since(start);
     return result;
   }
 
@@ -577,7 +602,7 @@ class ClangToolchain final : public Toolchain {
     result.log = consumer.text();
     if (ok) result.artifact.assign(pch.bytes.data(), pch.bytes.size());
     result.success = ok;
-    result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    result.compile_ms = ms_since(start);
     return result;
   }
 
@@ -598,16 +623,8 @@ class ClangToolchain final : public Toolchain {
       sources.front() = first;
       ok = link_device_sources(sources, request, consumer, result, llvm::CodeGenFileType::AssemblyFile, nullptr, ptx);
     }
-    // The compiler's diagnostics first, then any from linking the sources.
-    std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
-    diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
-    result.diagnostics = std::move(diagnostics);
-    result.log = consumer.text();
+    collect_diagnostics(consumer, result);
     return ok;
-  }
-
-  static double ms_since(std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   }
 
   // CUDA sources for an AMD GPU: each to LLVM IR through kiln's HIP prelude, linked, templated
@@ -618,15 +635,11 @@ class ClangToolchain final : public Toolchain {
     CompileResult result;
     result.kind = "hsaco";
     std::vector<SourceFile> sources = request.sources;
-    // A templated entry is instantiated by taking its address in a device variable, whose
-    // initialiser then names the instance; the variable is dropped before code generation.
-    if (!request.name_expressions.empty()) sources.front().text += "\n#line 1 \"kiln: entry points (generated)\"";
-    for (size_t i = 0; i < request.name_expressions.size(); ++i)
-      sources.front().text += "\n__attribute__((device)) void* kiln_entry_ref_" + std::to_string(i) + " = (void*)&" +
-                              request.name_expressions[i] + ";\n";
+    append_entry_references(sources.front(), request.name_expressions);
+    // Each reference's initialiser is the kernel; the instance is kept, the reference dropped.
     auto resolve_entries = [&](llvm::Module& module, const llvm::DataLayout&, CompileResult& r) {
       for (size_t i = 0; i < request.name_expressions.size(); ++i) {
-        llvm::GlobalVariable* ref = module.getGlobalVariable("kiln_entry_ref_" + std::to_string(i), true);
+        llvm::GlobalVariable* ref = module.getGlobalVariable(entry_reference(i), true);
         auto* fn = ref && ref->hasInitializer() ? llvm::dyn_cast<llvm::Function>(ref->getInitializer()->stripPointerCasts()) : nullptr;
         if (!fn || fn->getCallingConv() != llvm::CallingConv::AMDGPU_KERNEL) {
           r.diagnostics.push_back({Diagnostic::Severity::kError, request.sources.front().path, 0, 0,
@@ -646,10 +659,7 @@ class ClangToolchain final : public Toolchain {
     std::vector<ObjectFile> objects(1);
     std::string object;
     bool ok = link_device_sources(sources, request, consumer, result, llvm::CodeGenFileType::ObjectFile, resolve_entries, object);
-    std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
-    diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
-    result.diagnostics = std::move(diagnostics);
-    result.log = consumer.text();
+    collect_diagnostics(consumer, result);
     if (ok) {
       objects[0].path = request.sources.front().path;
       objects[0].bytes.assign(object.begin(), object.end());
@@ -718,10 +728,7 @@ class ClangToolchain final : public Toolchain {
       ok = compile_one(request.sources.front(), request, {}, Make::kPreprocessed, consumer, scratch, text);
       image.source.assign(text.bytes.data(), text.bytes.size());
     }
-    std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
-    diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
-    result.diagnostics = std::move(diagnostics);
-    result.log = consumer.text();
+    collect_diagnostics(consumer, result);
     result.success = ok;
     if (ok) result.artifact = spirv_only ? image.spirv : encode_opencl_program(image);
     return done();
@@ -734,7 +741,7 @@ class ClangToolchain final : public Toolchain {
     CompileResult result;
     result.kind = "cuda-module";
     auto done = [&]() {
-      result.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      result.compile_ms = ms_since(start);
       return result;
     };
     std::vector<int> archs = cuda_archs_in(request.target);
@@ -742,14 +749,8 @@ class ClangToolchain final : public Toolchain {
       result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, "no architecture in target " + request.target});
       return done();
     }
-    // A templated entry is instantiated by taking its address in a device variable: Clang
-    // resolves the expression as C++ would, and the variable's initialiser in the PTX names the
-    // instance's symbol. The variable is then removed from the PTX.
     SourceFile source = request.sources.front();
-    if (!request.name_expressions.empty()) source.text += "\n#line 1 \"kiln: entry points (generated)\"";
-    for (size_t i = 0; i < request.name_expressions.size(); ++i)
-      source.text += "\n__attribute__((device)) void* kiln_entry_ref_" + std::to_string(i) + " = (void*)&" +
-                     request.name_expressions[i] + ";\n";
+    append_entry_references(source, request.name_expressions);
     CudaModuleImage image;
     image.ptx_sm = archs.front();
     bool ok = compile_cuda_sources(source, request, result, image.ptx);
@@ -768,7 +769,7 @@ class ClangToolchain final : public Toolchain {
     }
     if (!ok) return done();
     for (size_t i = 0; i < request.name_expressions.size(); ++i) {
-      auto symbol = take_entry_reference(image.ptx, "kiln_entry_ref_" + std::to_string(i));
+      auto symbol = take_entry_reference(image.ptx, entry_reference(i));
       if (!symbol) {
         result.diagnostics.push_back({Diagnostic::Severity::kError, request.sources.front().path, 0, 0,
                                       "name expression '" + request.name_expressions[i] + "' names no kernel"});

@@ -11,7 +11,6 @@
 
 #include "jit/hiprtc/hiprtc_wire.h"
 #include "support/elf_build_id.h"
-#include "support/file_memo.h"
 #include "support/file_util.h"
 #include "support/install_paths.h"
 #include "support/subprocess.h"
@@ -88,7 +87,7 @@ class HiprtcToolchain final : public Toolchain {
     result.log = reply->log;
     result.diagnostics = parse_log(reply->log);
     if (!reply->success) {
-      if (result.diagnostics.empty() || !reply->log.empty()) result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, reply->error});
+      result.diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, reply->error});
       return done();
     }
     result.artifact = std::move(reply->code);
@@ -118,23 +117,27 @@ Result<std::string> hiprtc_library_path() {
   return unavailable("no hiprtc: looked for " + looked + " (install ROCm or Debian's libamdhip64-5, or set KILN_HIPRTC_LIBRARY)");
 }
 
-std::string hiprtc_helper_path() {
-  if (const char* env = std::getenv("KILN_HIPRTC_HELPER"); env && *env) return env;
-  std::string dir = own_object_dir();
-  for (const std::string& candidate : {dir + "/kiln-hiprtc", dir + "/../bin/kiln-hiprtc", dir + "/kiln/kiln-hiprtc", dir + "/../lib/kiln/kiln-hiprtc"})
-    if (::access(candidate.c_str(), X_OK) == 0) return absolute_path(candidate);
-  return KILN_HIPRTC_HELPER_BUILD_PATH;
-}
+std::string hiprtc_helper_path() { return find_kiln_file("kiln-hiprtc", "KILN_HIPRTC_HELPER", KILN_HIPRTC_HELPER_BUILD_PATH); }
 
 Result<std::string> hiprtc_toolchain_identity() {
-  KILN_ASSIGN_OR_RETURN(std::string library, hiprtc_library_path());
-  std::string helper = hiprtc_helper_path();
-  std::string real = std::filesystem::weakly_canonical(library).string();
-  auto lib_id = memo_elf_build_id(real);
-  if (!lib_id.ok()) return unavailable("hiprtc: cannot read " + real + ": " + lib_id.status().message());
-  auto helper_id = memo_elf_build_id(helper);
-  if (!helper_id.ok()) return unavailable("hiprtc: no helper at " + helper + " (" + helper_id.status().message() + ")");
-  return "hiprtc;" + std::filesystem::path(real).filename().string() + "=" + *lib_id + ";kiln-hiprtc=" + *helper_id;
+  // Once per process, as the other identities: a hit asks for it on every first use of an op.
+  static std::once_flag once;
+  static Result<std::string> identity = not_found("");
+  std::call_once(once, [] {
+    auto library = hiprtc_library_path();
+    if (!library.ok()) {
+      identity = library.status();
+      return;
+    }
+    std::string helper = hiprtc_helper_path();
+    std::string real = std::filesystem::weakly_canonical(*library).string();
+    auto lib_id = memo_elf_build_id(real);
+    auto helper_id = memo_elf_build_id(helper);
+    if (!lib_id.ok()) identity = unavailable("hiprtc: cannot read " + real + ": " + lib_id.status().message());
+    else if (!helper_id.ok()) identity = unavailable("hiprtc: no helper at " + helper + " (" + helper_id.status().message() + ")");
+    else identity = "hiprtc;" + std::filesystem::path(real).filename().string() + "=" + *lib_id + ";kiln-hiprtc=" + *helper_id;
+  });
+  return identity;
 }
 
 Result<Toolchain*> load_hiprtc_toolchain() {
