@@ -689,7 +689,9 @@ class ClangToolchain final : public Toolchain {
       return done();
     }
     OpenClProgramImage image;
+    // The op's flags (-cl-fast-relaxed-math, ...) reach the device's compiler too, not only Clang.
     image.build_options = "-cl-std=CL3.0";
+    for (auto& flag : request.flags) image.build_options += " " + flag;
     auto read_kernels = [&](llvm::Module& module, const llvm::DataLayout& layout, CompileResult&) {
       for (llvm::Function& fn : module) {
         if (fn.isDeclaration() || fn.getCallingConv() != llvm::CallingConv::SPIR_KERNEL) continue;

@@ -158,6 +158,9 @@ TEST_F(DeviceTargetsTest, OpenClProgramsCarryValidatedSpirvSourceAndEachKernelsP
   ASSERT_TRUE(block_sum.success) << block_sum.diagnostics_text();
   EXPECT_EQ(decode_opencl_program(block_sum.artifact)->kernels.front().params, "ggvl");
   EXPECT_EQ(decode_opencl_program(build(*ops, "vector_add", "opencl").artifact)->kernels.front().params, "gggv");
+  // A spec's OpenCL flags are options of the device's build as well as of Clang's.
+  EXPECT_EQ(decode_opencl_program(build(*ops, "quantize_int8", "opencl").artifact)->build_options,
+            "-cl-std=CL3.0 -cl-fp32-correctly-rounded-divide-sqrt");
 }
 
 TEST_F(DeviceTargetsTest, SpirvTargetIsAValidatedModuleOnItsOwn) {
