@@ -2,6 +2,7 @@
 // positions, keys that agree across processes and cache folders.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
 
 #include "tests/test_util.h"
@@ -66,6 +67,30 @@ TEST(CliTest, KeyIsTheSameInAnotherProcessAndCacheFolder) {
   EXPECT_NE(a.out.find("\"cache\":\"miss\""), std::string::npos);
   auto again = run_process(kiln({"--cache-dir", c1.path(), "build", spec, "--json"}));
   EXPECT_NE(again.out.find("\"cache\":\"hit\""), std::string::npos) << again.out;
+}
+
+// A node without LLVM (no kiln-spirv) finds OpenCL artifacts built elsewhere when it is told
+// the spirv identity that `kiln toolchains` prints on a node that compiles; untold, it says why.
+TEST(CliTest, ANodeWithoutTheSpirvEmitterFindsOpenClArtifactsThroughTheGivenIdentity) {
+  testing::TempDir cache;
+  std::string spec = testing::bundled_spec_dir() + "/vector_add.toml";
+  std::regex key("\"key\":\"([0-9a-f]{32})\"");
+  std::smatch built_key, loaded_key, id;
+  auto built = run_process(kiln({"--cache-dir", cache.path(), "build", spec, "--target", "opencl", "--json"}));
+  ASSERT_EQ(built.exit_code, 0) << built.err;
+  ASSERT_TRUE(std::regex_search(built.out, built_key, key)) << built.out;
+  auto toolchains = run_process(kiln({"toolchains", "--json"}));
+  ASSERT_TRUE(std::regex_search(toolchains.out, id, std::regex("\"spirv\":\\{\"available\":true,\"identity\":\"([^\"]+)\""))) << toolchains.out;
+  std::map<std::string, std::string> no_emitter = {{"KILN_SPIRV_HELPER", "/nonexistent/kiln-spirv"}};
+  auto untold = run_process(kiln({"--cache-dir", cache.path(), "build", spec, "--target", "opencl"}), no_emitter);
+  EXPECT_NE(untold.exit_code, 0);
+  EXPECT_NE(untold.err.find("no SPIR-V emitter at /nonexistent/kiln-spirv"), std::string::npos) << untold.err;
+  no_emitter["KILN_SPIRV_IDENTITY"] = id[1];
+  auto told = run_process(kiln({"--cache-dir", cache.path(), "build", spec, "--target", "opencl", "--json"}), no_emitter);
+  ASSERT_EQ(told.exit_code, 0) << told.err;
+  ASSERT_TRUE(std::regex_search(told.out, loaded_key, key)) << told.out;
+  EXPECT_EQ(loaded_key[1], built_key[1]);
+  EXPECT_NE(told.out.find("\"cache\":\"hit\""), std::string::npos) << told.out;
 }
 
 TEST(CliTest, BadSpecPrintsFileLineColumn) {
