@@ -3,13 +3,19 @@
 // exports nothing but these classes (everything linked into it is hidden: -Wl,--exclude-libs).
 #include "kiln/kiln.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 
 #include "builders/ops.h"
 #include "builders/spec.h"
 #include "builders/target.h"
+#include "runtime/host_cpu.h"
 #include "runtime/registry.h"
 #include "support/file_util.h"
 
@@ -156,14 +162,103 @@ Context::Context(const Options& options) : m_impl(std::make_unique<Impl>()) {
   o.spec_dirs.insert(o.spec_dirs.end(), defaults.begin(), defaults.end());
   o.cache_dir = options.cache_dir;
   o.accelerator = options.accelerator;
+  const bool none = o.accelerator == "none";
   m_impl->ops = value_or_throw(builders::Ops::create(std::move(o)));
-  m_impl->accelerator = &m_impl->ops->accelerator();
+  if (!none) m_impl->accelerator = &m_impl->ops->accelerator();
 }
 
 Context::~Context() = default;
 
-std::string Context::accelerator() const { return std::string(m_impl->accelerator->name()); }
-std::string Context::native_target() const { return m_impl->accelerator->native_target(); }
+std::string Context::accelerator() const { return m_impl->accelerator ? std::string(m_impl->accelerator->name()) : "none"; }
+std::string Context::native_target() const {
+  return m_impl->accelerator ? m_impl->accelerator->native_target() : "cpu:" + runtime::x86_level_name(runtime::host_x86_level());
+}
+
+namespace {
+// The folder that holds every path of `paths` (at least "/").
+std::string common_folder(const std::vector<std::string>& paths) {
+  std::string common;
+  for (auto& p : paths) {
+    std::string dir = dirname_of(p);
+    if (common.empty()) {
+      common = dir;
+      continue;
+    }
+    while (common != "/" && !path_is_within(dir, common)) common = dirname_of(common);
+  }
+  return common.empty() ? "/" : common;
+}
+
+// `bytes` as a file to dlopen: at `output` (written atomically), else in an anonymous memory file
+// kept open until exit.
+std::string place_library(const std::string& bytes, const std::string& output, const std::string& name) {
+  if (!output.empty()) {
+    auto current = read_file(output);
+    if (!current.ok() || current.value() != bytes) check(write_file_atomic(output, bytes, /*durable=*/false));
+    return output;
+  }
+  int fd = ::memfd_create(("kiln-" + name).c_str(), MFD_CLOEXEC);
+  if (fd < 0) throw Error("unavailable", "cannot create a memory file for library " + name + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n <= 0) {
+      ::close(fd);
+      throw Error("unavailable", "cannot write library " + name + " to a memory file: " + std::strerror(errno));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return "/proc/self/fd/" + std::to_string(fd);
+}
+}  // namespace
+
+Library Context::build_library(const LibraryOptions& options) {
+  if (options.sources.empty()) throw Error("invalid_argument", "library " + options.name + " has no sources");
+  builders::OpSpec spec;
+  spec.name = options.name;
+  spec.language = "cpp";
+  std::vector<std::string> sources;
+  for (auto& src : options.sources) sources.push_back(absolute_path(src));
+  spec.spec_dir = options.root.empty() ? common_folder(sources) : absolute_path(options.root);
+  spec.spec_path = spec.spec_dir + "/" + options.name + " (library)";
+  for (auto& path : sources) {
+    builders::SourceSpec s;
+    s.path = path;
+    s.rel_path = path_is_within(path, spec.spec_dir) ? relative_to(path, spec.spec_dir) : path;
+    s.pos.file = path;
+    spec.sources.push_back(std::move(s));
+  }
+  for (auto& d : options.include_dirs) spec.include_dirs.push_back(absolute_path(d));
+  spec.defines = options.defines;
+  for (auto& d : options.system_include_dirs) spec.flags.insert(spec.flags.end(), {"-isystem", absolute_path(d)});
+  spec.flags.insert(spec.flags.end(), options.flags.begin(), options.flags.end());
+  builders::LibrarySpec lib;
+  lib.prelude = options.prelude;
+  lib.unit_defines = options.unit_defines;
+  lib.link_flags = options.link_flags;
+  lib.facts = options.facts;
+  spec.library = std::move(lib);
+
+  builders::Target target = value_or_throw(builders::parse_target("cpu:" + runtime::x86_level_name(runtime::host_x86_level())));
+  builders::BuildOutcome outcome = value_or_throw(m_impl->ops->build(spec, target));
+  if (!outcome.success) {
+    std::vector<Diagnostic> diagnostics;
+    for (auto& d : outcome.diagnostics) diagnostics.push_back({public_severity(d.severity), d.file, d.line, d.column, d.message});
+    std::string text = outcome.diagnostics_text();
+    throw Error("compile_error", "library " + options.name + " does not build:\n" + (text.empty() ? outcome.log : text),
+                std::move(diagnostics));
+  }
+  Library out;
+  out.path = place_library(outcome.artifact, options.output, options.name);
+  out.key = outcome.key.hex();
+  out.cache_source = builders::cache_outcome_name(outcome.cache);
+  out.compile_ms = outcome.compile_ms;
+  out.total_ms = outcome.total_ms;
+  out.log = outcome.log;
+  out.warnings = outcome.warnings;
+  out.precompiled_headers_used = outcome.pch_used;
+  return out;
+}
 
 void* Context::allocate(size_t bytes) { return value_or_throw(m_impl->accelerator->allocate(bytes)); }
 void Context::deallocate(void* pointer) noexcept {

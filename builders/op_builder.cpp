@@ -36,6 +36,8 @@ static std::string header_hip_lacks(std::string_view text) {
 }
 
 Status is_compatible(const OpSpec& spec, const Target& target) {
+  if (spec.library && target.backend != "cpu")
+    return unavailable("library " + spec.name + " is a host library; it builds for cpu targets, not " + target.str());
   if (target.backend == "cpu") {
     if (spec.language != "cpp")
       return unavailable("op " + spec.name + " is written in " + spec.language + "; cpu targets build language cpp");
@@ -210,6 +212,15 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked)
   }
   r.compile.include_dirs = spec.include_dirs;
   r.compile.defines = spec.defines;
+  if (spec.library) {
+    // A host library: the options are all its user's, and nothing is launched through kiln.
+    r.compile.host_library = true;
+    r.compile.flags = spec.flags;
+    r.compile.prelude = spec.library->prelude;
+    r.compile.unit_defines = spec.library->unit_defines;
+    r.compile.link_flags = spec.library->link_flags;
+    return r;
+  }
   r.kernels = signatures_of(spec);
   if (hip || opencl) {
     // Kernels named as the entries (templated ones through the [cuda] name expressions); the
@@ -296,6 +307,13 @@ KeyParts input_key(const BuildRequest& r, const std::string& toolchain_identity,
     for (auto& p : e.params) k.add("param", e.name + "." + p.name + ":" + p.type);
     if (const std::string& instance = e.instance_for(r.target.backend); !instance.empty())
       k.add("name-expression", e.name + "=" + instance);
+  }
+  if (r.compile.host_library) {
+    k.add("library", "host");
+    for (auto& h : r.compile.prelude) k.add("prelude", h);
+    for (auto& d : r.compile.unit_defines) k.add("unit-define", d);
+    for (auto& f : r.compile.link_flags) k.add("link-flag", f);
+    for (auto& [name, value] : spec.library->facts) k.add("fact:" + name, value);
   }
   for (size_t i = 0; i < r.compile.sources.size(); ++i) {
     std::string label = label_for(r.compile.sources[i].path, spec);

@@ -103,6 +103,23 @@ struct OpenClSpec {
   SourcePos pos;
 };
 
+// A host library instead of kernels: one shared object that its user loads itself (a torch C++
+// extension, imported by Python as a module), built by the cpu toolchain with the options its
+// user's build system would give (no -O3/-march/-std of kiln's own), linked against libraries.
+// Made by the API (api/: Context::build_library), never parsed from a spec file.
+struct LibrarySpec {
+  // Headers every source is compiled with, as if each began by including them: they become one
+  // precompiled header shared by every library with the same options (torch/extension.h).
+  std::vector<std::string> prelude;
+  // Defines that name the unit rather than configure its headers (TORCH_EXTENSION_NAME): given
+  // to the compile, left out of precompiled headers, so one PCH serves every extension name.
+  std::vector<std::string> unit_defines;
+  std::vector<std::string> link_flags;  // for the link: -L, -l, -Wl,..., object files
+  // What else decides the binary and is not a file the compiler reads (torch's version and C++
+  // ABI, the Python version): each enters the key as name=value.
+  std::vector<std::pair<std::string, std::string>> facts;
+};
+
 struct OpSpec {
   std::string name;
   int64_t version = 1;
@@ -118,6 +135,7 @@ struct OpSpec {
   std::optional<CheckSpec> check;
   std::optional<CudaSpec> cuda;  // [cuda]; also what hip targets compile (through kiln's HIP prelude)
   std::optional<OpenClSpec> opencl;  // [opencl]
+  std::optional<LibrarySpec> library;  // set: a host library with no entry points (see above)
 
   const EntryPoint* find_entry(const std::string& name) const;
 };

@@ -36,6 +36,15 @@ struct CompileRequest {
   // a header in <...>; it is part of the key.
   bool cuda_toolkit_headers = false;
 
+  // A host library (builders' LibrarySpec): no options of kiln's own (the flags say -O, -std,
+  // -march), `prelude` headers before each source (through a precompiled header when one is
+  // given, else -include), `unit_defines` for the sources only, and a link that the Clang driver
+  // lays out (C runtime start files, libstdc++, libc) with `link_flags` added.
+  bool host_library = false;
+  std::vector<std::string> prelude;
+  std::vector<std::string> unit_defines;
+  std::vector<std::string> link_flags;
+
   // What to make: the artifact, or a precompiled header of sources[0] (whose text is an include
   // prefix) that later compiles with the same options can use. Toolchains that cannot say so
   // in the result (success false, a diagnostic).

@@ -197,11 +197,54 @@ class KILN_API Stream {
 template <class T>
 class Buffer;
 
+// A host shared library built from C++ sources through kiln's pipeline: the same key, cache,
+// single compile per key, remote tiers and bundles as an op, but loaded by its user (a torch
+// C++ extension imported by Python: kiln.torch.load builds one). Every path is absolute or
+// relative to the working directory.
+struct LibraryOptions {
+  std::string name;                              // names it in messages and in the cache's index
+  std::vector<std::string> sources;              // C++ source files
+  std::vector<std::string> include_dirs;         // -I: the library's own headers
+  std::vector<std::string> system_include_dirs;  // -isystem: what it builds against (torch's headers)
+  std::vector<std::string> defines;              // "NAME" or "NAME=VALUE"
+  // Defines that name this library rather than configure its headers (TORCH_EXTENSION_NAME):
+  // left out of precompiled headers, so one serves every library with the same options.
+  std::vector<std::string> unit_defines;
+  std::vector<std::string> flags;       // compiler flags as clang++ takes them (-O3, -std=c++17, ...)
+  std::vector<std::string> link_flags;  // -L, -l, -Wl,..., after the objects
+  // Headers every source is compiled after, through one precompiled header kept in the cache
+  // (torch/extension.h): the first library with these options makes it, later ones reuse it.
+  std::vector<std::string> prelude;
+  // What else decides the binary and is no file the compiler reads (a framework's version and
+  // C++ ABI, the Python version): each enters the key as name=value.
+  std::vector<std::pair<std::string, std::string>> facts;
+  // Files under `root` enter the key by their path relative to it, so two checkouts in other
+  // folders share keys. Empty: the folder that holds every source.
+  std::string root;
+  // Where to write the library. Empty: an anonymous memory file, named "/proc/self/fd/N",
+  // which lives as long as the process.
+  std::string output;
+};
+
+// What build_library made or found.
+struct Library {
+  std::string path;          // the shared object, ready for dlopen
+  std::string key;           // its artifact key (hex)
+  std::string cache_source;  // "memory", "disk", "remote" or "compiled"
+  double compile_ms = 0;     // 0 on a hit
+  double total_ms = 0;
+  std::string log;                    // the compiler's output, when it compiled
+  std::vector<std::string> warnings;  // e.g. the cache could not be written
+  size_t precompiled_headers_used = 0;
+};
+
 struct Options {
   // Folders searched for <op>.toml before the bundled specs (then $KILN_SPEC_PATH's).
   std::vector<std::string> spec_dirs;
   std::string cache_dir;    // empty: the cache_dir setting (KILN_CACHE_DIR, config file, ~/.cache/kiln)
-  std::string accelerator;  // "cpu", "cuda"; empty: KILN_ACCELERATOR or the best one here
+  // "cpu", "cuda"; empty: KILN_ACCELERATOR or the best one here; "none": no accelerator, for a
+  // Context that only builds libraries (nothing is initialised on any device).
+  std::string accelerator;
 };
 
 // The accelerator, the spec folders and the cache: one per process is the usual case.
@@ -221,6 +264,10 @@ class KILN_API Context {
   // An op whose spec is given as text; relative paths in it (sources, include_dirs) are
   // relative to `base_dir`.
   Op op_from_spec(const std::string& toml, const std::string& base_dir, const std::string& target = "");
+
+  // Builds (or finds in the cache) a host library. Throws Error("compile_error") with the
+  // diagnostics, Error("invalid_argument") for a source that cannot be read.
+  Library build_library(const LibraryOptions& options);
 
   // Device memory.
   void* allocate(size_t bytes);

@@ -1,0 +1,157 @@
+"""kiln from Python: kiln's ops on tensors, torch C++ extensions built in-process, DeepSpeed's
+op builders through kiln.
+
+    import kiln
+    add = kiln.op("vector_add")                 # found by name; compiled on first use, cached
+    add(a, b, out, a.numel(), grid=kiln.cdiv(a.numel(), 256), block=256)
+
+    import kiln.torch                            # drop-in for torch.utils.cpp_extension
+    ext = kiln.torch.load("lltm", ["lltm.cpp"])
+
+Importing kiln imports neither torch nor a compiler: the compiler is loaded on the first cache
+miss, torch only by kiln.torch and by ops called with tensors.
+"""
+import os
+import threading
+
+from . import _kiln
+
+__all__ = ["KilnError", "Context", "Op", "context", "op", "op_from_spec", "cdiv", "accelerator"]
+
+
+class KilnError(RuntimeError):
+    """What every kiln call raises. `code` is one word ("not_found", "invalid_argument",
+    "compile_error", "unavailable", ...); `diagnostics` the compiler's messages as dicts with
+    severity, file, line, column and message."""
+
+    code = "unknown"
+    diagnostics = ()
+
+
+_kiln._set_error_type(KilnError)
+
+
+def cdiv(n, block):
+    """Blocks of `block` needed to cover n items."""
+    return (int(n) + int(block) - 1) // int(block)
+
+
+class Op:
+    """An op of a Context, callable on tensors or arrays.
+
+    op(*args, grid=..., block=256, shared_bytes=0, entry="", sync=None) launches an entry point
+    (the first one unless `entry` names another). Tensor arguments must be contiguous, on the
+    Context's device and of the parameter's dtype; numbers are converted to the parameter's
+    type. On the CPU the call returns when the kernel is done (sync=True), as a torch op does;
+    pass sync=False to queue it and call Context.synchronize() later."""
+
+    __slots__ = ("_op", "_sync", "_block")
+
+    def __init__(self, native, default_sync, default_block):
+        self._op = native
+        self._sync = default_sync
+        self._block = default_block
+
+    @property
+    def name(self):
+        return self._op.name
+
+    @property
+    def target(self):
+        return self._op.target
+
+    @property
+    def entries(self):
+        return self._op.entries
+
+    def params(self, entry=""):
+        """[(type, name), ...] of an entry point, as its spec declares them."""
+        return self._op.params(entry)
+
+    def build(self):
+        """Compiles the op now (or finds it in the cache) and loads it."""
+        self._op.build()
+        return self
+
+    @property
+    def cache_source(self):
+        """Where its code came from once built: memory, disk, remote or compiled."""
+        return self._op.cache_source
+
+    def __call__(self, *args, grid, block=None, shared_bytes=0, entry="", sync=None):
+        self._op.launch(grid, self._block if block is None else block, *args, shared_bytes=shared_bytes, entry=entry,
+                        sync=self._sync if sync is None else sync)
+
+    launch = __call__
+
+    def __repr__(self):
+        return "<kiln.Op %s for %s>" % (self.name, self.target)
+
+
+class Context:
+    """An accelerator, the spec folders and the cache (kiln::Context). One per process is usual:
+    kiln.context() gives the shared one."""
+
+    def __init__(self, accelerator="", cache_dir="", spec_dirs=()):
+        self._ctx = _kiln.Context(accelerator=accelerator, cache_dir=os.fspath(cache_dir) if cache_dir else "",
+                                  spec_dirs=[os.fspath(d) for d in spec_dirs])
+
+    @property
+    def accelerator(self):
+        return self._ctx.accelerator
+
+    @property
+    def native_target(self):
+        return self._ctx.native_target
+
+    def _wrap(self, native):
+        return Op(native, self.accelerator != "cuda", 256)
+
+    def op(self, name, target=""):
+        """The op of that name from the spec folders (KilnError "not_found" naming them)."""
+        return self._wrap(self._ctx.op(name, target))
+
+    def op_from_spec(self, toml, base_dir=".", target=""):
+        """An op from spec text, or from the path of a .toml file."""
+        text = os.fspath(toml)
+        if text.endswith(".toml") and os.path.isfile(text):
+            base_dir = os.path.dirname(os.path.abspath(text))
+            with open(text, encoding="utf-8") as f:
+                text = f.read()
+        return self._wrap(self._ctx.op_from_spec(text, os.fspath(base_dir), target))
+
+    def synchronize(self):
+        self._ctx.synchronize()
+
+    def build_library(self, name, sources, **options):
+        """A host shared library through kiln's pipeline (kiln::Context::build_library): returns a
+        dict with path, key, cache_source, compile_ms, total_ms, log, warnings."""
+        return self._ctx.build_library(name, [os.fspath(s) for s in sources], **options)
+
+
+_lock = threading.Lock()
+_contexts = {}
+
+
+def context(accelerator=""):
+    """The process's shared Context for `accelerator` ("" = KILN_ACCELERATOR or the best here;
+    "none" = one that only builds libraries)."""
+    with _lock:
+        ctx = _contexts.get(accelerator)
+        if ctx is None:
+            ctx = _contexts[accelerator] = Context(accelerator)
+        return ctx
+
+
+def op(name, target=""):
+    """kiln.op("adamw"): the op from the shared Context, ready to call on tensors."""
+    return context().op(name, target)
+
+
+def op_from_spec(toml, base_dir=".", target=""):
+    return context().op_from_spec(toml, base_dir, target)
+
+
+def accelerator():
+    """The name of the accelerator kiln's ops run on here ("cpu", "cuda", ...)."""
+    return context().accelerator
