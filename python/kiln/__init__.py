@@ -11,6 +11,7 @@ op builders through kiln.
 Importing kiln imports neither torch nor a compiler: the compiler is loaded on the first cache
 miss, torch only by kiln.torch and by ops called with tensors.
 """
+import atexit
 import os
 import threading
 
@@ -141,6 +142,14 @@ def context(accelerator=""):
         if ctx is None:
             ctx = _contexts[accelerator] = Context(accelerator)
         return ctx
+
+
+@atexit.register
+def _close_contexts():
+    # A Context's destructor finishes its work: precompiled headers being built are stored and
+    # artifacts queued for the remote tiers are published. The interpreter would not run it.
+    with _lock:
+        _contexts.clear()
 
 
 def op(name, target=""):

@@ -176,6 +176,9 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cf
             raise KilnError("extension '%s': source %s does not exist" % (name, s))
     with _lock:
         output = None
+        if build_directory is None and not is_python_module:
+            # torch.ops.load_library resolves the path it is given, which a memory file's has not.
+            build_directory = _build_directory(name)
         if build_directory is not None:
             os.makedirs(build_directory, exist_ok=True)
             output = os.path.join(build_directory, name + ".so")
