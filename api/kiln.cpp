@@ -280,6 +280,13 @@ std::unique_ptr<Stream> Context::create_stream() {
   return std::unique_ptr<Stream>(new Stream(std::move(impl)));
 }
 
+std::unique_ptr<Stream> Context::wrap_stream(void* native) {
+  if (!m_impl->accelerator) throw Error("unavailable", "this Context has no accelerator (made with accelerator \"none\")");
+  auto impl = std::make_unique<Stream::Impl>();
+  impl->stream = value_or_throw(m_impl->accelerator->wrap_stream(native));
+  return std::unique_ptr<Stream>(new Stream(std::move(impl)));
+}
+
 // ---- Op
 
 struct Op::Impl {

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -239,6 +241,7 @@ class PyOp {
     std::vector<kiln::Arg> converted;
     converted.reserve(args.size());
     Names& n = names();
+    bool any_cuda_tensor = false;
     for (size_t i = 0; i < args.size(); ++i) {
       py::handle a = args[i];
       const ParamInfo& p = params[i];
@@ -261,6 +264,7 @@ class PyOp {
         if (p.scalar != Kind::kVoid && kind != p.scalar)
           bad_argument(where(i), std::string("points to ") + kind_spelling(p.scalar) + "; the tensor is " + kind_spelling(kind));
         converted.push_back(pointer_arg(a.attr(n.data_ptr)().cast<uintptr_t>(), kind, false));
+        any_cuda_tensor = any_cuda_tensor || cuda;
         continue;
       }
       if (py::hasattr(a, n.array_interface)) {  // NumPy and its kin
@@ -284,12 +288,24 @@ class PyOp {
       return kiln::Dim3(v.size() > 0 ? v[0] : 1, v.size() > 1 ? v[1] : 1, v.size() > 2 ? v[2] : 1);
     };
     kiln::Launch config(dim(grid), dim(block), shared_bytes);
+    // CUDA tensors: on torch's current stream, so the launch is ordered with torch's own work.
+    if (any_cuda_tensor) config.stream = torch_current_stream();
     py::gil_scoped_release release;
     m_op.launch_args(entry, config, converted.data(), converted.size());
     if (sync) m_ctx->synchronize();
   }
 
  private:
+  // torch.cuda.current_stream() adopted as a kiln stream, one wrapper per native stream.
+  kiln::Stream* torch_current_stream() {
+    static py::object current_stream = py::module_::import("torch.cuda").attr("current_stream");
+    uintptr_t handle = current_stream().attr("cuda_stream").cast<uintptr_t>();
+    auto& wrapped = m_streams[handle];
+    if (!wrapped) wrapped = m_ctx->wrap_stream(reinterpret_cast<void*>(handle));
+    return wrapped.get();
+  }
+
+  std::unordered_map<uintptr_t, std::shared_ptr<kiln::Stream>> m_streams;
   kiln::Context* m_ctx;  // outlives the op: op() keeps the Context alive (py::keep_alive)
   kiln::Op m_op;
   std::string m_accelerator;

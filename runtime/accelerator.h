@@ -250,6 +250,14 @@ class Accelerator {
   // `stream` must outlive its use as current; nullptr goes back to the default stream.
   void set_current_stream(Stream* stream);
   virtual Result<std::unique_ptr<Stream>> create_stream() = 0;
+  // A stream of the backend's own API that kiln does not own (torch's current CUDA stream, a
+  // CUstream / hipStream_t as an address): work queued on it is ordered with the framework's,
+  // and destroying the wrapper leaves the stream alone. kUnavailable where a backend has no
+  // native streams to adopt.
+  virtual Result<std::unique_ptr<Stream>> wrap_stream(void* native) {
+    return unavailable(std::string(name()) + " has no native streams to adopt (asked for " +
+                       std::to_string(reinterpret_cast<uintptr_t>(native)) + ")");
+  }
   virtual Result<std::unique_ptr<Event>> create_event() = 0;
 
   // ---- modules

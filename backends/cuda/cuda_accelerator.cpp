@@ -70,9 +70,9 @@ class CudaGraph final : public runtime::Graph {
 
 class CudaStream final : public runtime::Stream {
  public:
-  CudaStream(const CudaAccelerator& acc, void* stream) : m_acc(acc), m_stream(stream) {}
+  CudaStream(const CudaAccelerator& acc, void* stream, bool owned = true) : m_acc(acc), m_stream(stream), m_owned(owned) {}
   ~CudaStream() override {
-    if (m_acc.bind().ok()) m_acc.drv().cuStreamDestroy_v2(m_stream);
+    if (m_owned && m_acc.bind().ok()) m_acc.drv().cuStreamDestroy_v2(m_stream);
   }
   Status copy_async(void* dst, const void* src, size_t bytes) override {
     KILN_RETURN_IF_ERROR(m_acc.bind());
@@ -127,6 +127,7 @@ class CudaStream final : public runtime::Stream {
  private:
   const CudaAccelerator& m_acc;
   void* m_stream;
+  bool m_owned;  // false: adopted (wrap_stream), the framework destroys it
 };
 
 Status CudaGraph::launch(runtime::Stream& stream) {
@@ -418,6 +419,12 @@ Result<std::unique_ptr<runtime::Stream>> CudaAccelerator::create_stream() {
   void* s = nullptr;
   KILN_CU_CHECK(*m_driver, cuStreamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */), "create a stream");
   return std::unique_ptr<runtime::Stream>(std::make_unique<CudaStream>(*this, s));
+}
+
+Result<std::unique_ptr<runtime::Stream>> CudaAccelerator::wrap_stream(void* native) {
+  // Torch's streams live in the primary context, which is the one this backend binds.
+  KILN_RETURN_IF_ERROR(bind());
+  return std::unique_ptr<runtime::Stream>(std::make_unique<CudaStream>(*this, native, /*owned=*/false));
 }
 
 Result<std::unique_ptr<runtime::Event>> CudaAccelerator::create_event() {

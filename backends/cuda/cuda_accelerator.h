@@ -46,6 +46,7 @@ class CudaAccelerator final : public runtime::Accelerator {
 
   runtime::Stream& default_stream() override;
   Result<std::unique_ptr<runtime::Stream>> create_stream() override;
+  Result<std::unique_ptr<runtime::Stream>> wrap_stream(void* native) override;
   Result<std::unique_ptr<runtime::Event>> create_event() override;
   Result<std::shared_ptr<runtime::Module>> load_module(const runtime::ModuleImage& image) override;
 

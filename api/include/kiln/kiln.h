@@ -279,6 +279,10 @@ class KILN_API Context {
   }
 
   std::unique_ptr<Stream> create_stream();
+  // A stream of the accelerator's own API that kiln does not own, as an address (torch's
+  // torch.cuda.current_stream().cuda_stream): launches given it are ordered with the
+  // framework's work. Throws Error("unavailable") on an accelerator without native streams.
+  std::unique_ptr<Stream> wrap_stream(void* native);
   void synchronize();  // waits for every stream
 
   struct Impl;
