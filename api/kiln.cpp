@@ -153,6 +153,12 @@ struct Context::Impl {
   runtime::Accelerator* accelerator = nullptr;
 };
 
+// The Context's accelerator, or Error("unavailable") for one made with accelerator "none".
+static runtime::Accelerator& accelerator_of(const Context::Impl& impl) {
+  if (!impl.accelerator) throw Error("unavailable", "this Context has no accelerator (made with accelerator \"none\")");
+  return *impl.accelerator;
+}
+
 Context::Context(const Options& options) : m_impl(std::make_unique<Impl>()) {
   builders::OpsOptions o;
   o.spec_dirs = options.spec_dirs;
@@ -270,9 +276,63 @@ void Context::synchronize() { check(m_impl->accelerator->synchronize()); }
 struct Stream::Impl {
   std::unique_ptr<runtime::Stream> stream;
 };
+struct Event::Impl {
+  std::unique_ptr<runtime::Event> event;
+};
+struct Graph::Impl {
+  std::unique_ptr<runtime::Graph> graph;
+};
 Stream::Stream(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
 Stream::~Stream() = default;
 void Stream::synchronize() { check(m_impl->stream->synchronize()); }
+bool Stream::query() { return m_impl->stream->query(); }
+void Stream::record(Event& event) { check(m_impl->stream->record(*event.m_impl->event)); }
+void Stream::wait(Event& event) { check(m_impl->stream->wait(*event.m_impl->event)); }
+void Stream::begin_capture() { check(m_impl->stream->begin_capture()); }
+std::unique_ptr<Graph> Stream::end_capture() {
+  auto impl = std::make_unique<Graph::Impl>();
+  impl->graph = value_or_throw(m_impl->stream->end_capture());
+  return std::unique_ptr<Graph>(new Graph(std::move(impl)));
+}
+Event::Event(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+Event::~Event() = default;
+bool Event::query() { return m_impl->event->query(); }
+void Event::synchronize() { check(m_impl->event->synchronize()); }
+double Event::elapsed_ms_since(Event& start) { return value_or_throw(m_impl->event->elapsed_ms_since(*start.m_impl->event)); }
+Graph::Graph(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+Graph::~Graph() = default;
+void Graph::launch(Stream& stream) { check(m_impl->graph->launch(*stream.m_impl->stream)); }
+
+std::unique_ptr<Event> Context::create_event() {
+  auto impl = std::make_unique<Event::Impl>();
+  impl->event = value_or_throw(accelerator_of(*m_impl).create_event());
+  return std::unique_ptr<Event>(new Event(std::move(impl)));
+}
+
+int Context::device_count() const { return accelerator_of(*m_impl).device_count(); }
+std::string Context::device_name(int d) const { return accelerator_of(*m_impl).device_name(d); }
+int Context::current_device() const { return accelerator_of(*m_impl).current_device(); }
+MemoryStats Context::memory_stats() const {
+  runtime::MemoryStats m = accelerator_of(*m_impl).memory_stats();
+  return MemoryStats{m.allocated, m.max_allocated, m.reserved, m.max_reserved, m.total, m.available};
+}
+void Context::reset_peak_memory() { accelerator_of(*m_impl).reset_peak_memory(); }
+std::vector<std::string> Context::supported_dtypes() const {
+  std::vector<std::string> out;
+  for (runtime::DType t : accelerator_of(*m_impl).supported_dtypes()) out.emplace_back(runtime::dtype_name(t));
+  return out;
+}
+std::string Context::unsupported_reason(const std::string& capability) const {
+  for (runtime::Capability c : runtime::k_all_capabilities)
+    if (runtime::capability_name(c) == capability) {
+      Status s = accelerator_of(*m_impl).supports(c);
+      return s.ok() ? "" : s.message();
+    }
+  std::string known;
+  for (runtime::Capability c : runtime::k_all_capabilities) known += (known.empty() ? "" : ", ") + std::string(runtime::capability_name(c));
+  throw Error("invalid_argument", "no capability named '" + capability + "' (there are " + known + ")");
+}
+std::string Context::communication_backend() const { return std::string(accelerator_of(*m_impl).communication_backend()); }
 
 std::unique_ptr<Stream> Context::create_stream() {
   auto impl = std::make_unique<Stream::Impl>();

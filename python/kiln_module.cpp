@@ -225,7 +225,7 @@ class PyOp {
   }
 
   void launch(const std::vector<uint32_t>& grid, const std::vector<uint32_t>& block, const py::args& args, uint32_t shared_bytes,
-              const std::string& entry, bool sync) {
+              const std::string& entry, bool sync, kiln::Stream* stream) {
     const std::vector<ParamInfo>& params = params_of(entry);
     const std::string entry_name = entry.empty() ? m_params.front().first : entry;
     auto where = [&](size_t i) {
@@ -289,10 +289,14 @@ class PyOp {
     };
     kiln::Launch config(dim(grid), dim(block), shared_bytes);
     // CUDA tensors: on torch's current stream, so the launch is ordered with torch's own work.
-    if (any_cuda_tensor) config.stream = torch_current_stream();
+    if (stream) config.stream = stream;
+    else if (any_cuda_tensor) config.stream = torch_current_stream();
     py::gil_scoped_release release;
     m_op.launch_args(entry, config, converted.data(), converted.size());
-    if (sync) m_ctx->synchronize();
+    if (sync) {
+      if (config.stream) config.stream->synchronize();
+      else m_ctx->synchronize();
+    }
   }
 
  private:
@@ -330,6 +334,28 @@ PYBIND11_MODULE(_kiln, m) {
   });
   m.def("_set_error_type", [](py::object type) { g_error_type = std::move(type); });
 
+  // The accelerator interface, as DeepSpeed's accelerator and torch.cuda expose it.
+  py::class_<kiln::Event>(m, "Event")
+      .def("query", &kiln::Event::query)
+      .def("synchronize", &kiln::Event::synchronize, py::call_guard<py::gil_scoped_release>())
+      .def("elapsed_time", [](kiln::Event& end, kiln::Event& start) { return end.elapsed_ms_since(start); },
+           py::arg("start"), "milliseconds from `start` to this event (torch.cuda.Event.elapsed_time's order is start.elapsed_time(end))");
+  py::class_<kiln::Graph>(m, "Graph").def("replay", &kiln::Graph::launch, py::arg("stream"), py::call_guard<py::gil_scoped_release>());
+  py::class_<kiln::Stream>(m, "Stream")
+      .def("synchronize", &kiln::Stream::synchronize, py::call_guard<py::gil_scoped_release>())
+      .def("query", &kiln::Stream::query)
+      .def("record_event", &kiln::Stream::record, py::arg("event"))
+      .def("wait_event", &kiln::Stream::wait, py::arg("event"))
+      .def("begin_capture", &kiln::Stream::begin_capture)
+      .def("end_capture", &kiln::Stream::end_capture);
+  py::class_<kiln::MemoryStats>(m, "MemoryStats")
+      .def_readonly("allocated", &kiln::MemoryStats::allocated)
+      .def_readonly("max_allocated", &kiln::MemoryStats::max_allocated)
+      .def_readonly("reserved", &kiln::MemoryStats::reserved)
+      .def_readonly("max_reserved", &kiln::MemoryStats::max_reserved)
+      .def_readonly("total", &kiln::MemoryStats::total)
+      .def_readonly("available", &kiln::MemoryStats::available);
+
   py::class_<PyOp>(m, "Op")
       .def_property_readonly("name", [](PyOp& o) { return o.op().name(); })
       .def_property_readonly("target", [](PyOp& o) { return o.op().target(); })
@@ -346,9 +372,13 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("loaded", [](PyOp& o) { return o.op().loaded(); })
       .def_property_readonly("cache_source", [](PyOp& o) { return o.op().cache_source(); })
       .def("launch", [](PyOp& o, py::handle grid, py::handle block, py::args args, uint32_t shared_bytes, const std::string& entry,
-                        bool sync) { o.launch(dims_of(grid), dims_of(block), args, shared_bytes, entry, sync); },
+                        bool sync, py::object stream) {
+             o.launch(dims_of(grid), dims_of(block), args, shared_bytes, entry, sync, stream.is_none() ? nullptr : stream.cast<kiln::Stream*>());
+           },
            py::arg("grid"), py::arg("block"), py::kw_only(), py::arg("shared_bytes") = 0, py::arg("entry") = "",
-           py::arg("sync") = true);
+           py::arg("sync") = true, py::arg("stream") = py::none());
+
+
 
   py::class_<kiln::Context>(m, "Context")
       .def(py::init([](const std::string& accelerator, const std::string& cache_dir, const std::vector<std::string>& spec_dirs) {
@@ -371,6 +401,18 @@ PYBIND11_MODULE(_kiln, m) {
             py::gil_scoped_release release;
             c.synchronize();
           })
+      .def("create_stream", &kiln::Context::create_stream, py::keep_alive<0, 1>())
+      .def("wrap_stream", [](kiln::Context& c, uintptr_t handle) { return c.wrap_stream(reinterpret_cast<void*>(handle)); },
+           py::arg("native"), py::keep_alive<0, 1>())
+      .def("create_event", &kiln::Context::create_event, py::keep_alive<0, 1>())
+      .def("device_count", &kiln::Context::device_count)
+      .def("device_name", &kiln::Context::device_name, py::arg("device") = 0)
+      .def("current_device", &kiln::Context::current_device)
+      .def("memory_stats", &kiln::Context::memory_stats)
+      .def("reset_peak_memory", &kiln::Context::reset_peak_memory)
+      .def("supported_dtypes", &kiln::Context::supported_dtypes)
+      .def("unsupported_reason", &kiln::Context::unsupported_reason, py::arg("capability"))
+      .def("communication_backend", &kiln::Context::communication_backend)
       .def("build_library", [](kiln::Context& c, const std::string& name, const std::vector<std::string>& sources,
                                const std::vector<std::string>& include_dirs, const std::vector<std::string>& system_include_dirs,
                                const std::vector<std::string>& defines, const std::vector<std::string>& unit_defines,

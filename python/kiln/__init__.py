@@ -79,9 +79,9 @@ class Op:
         """Where its code came from once built: memory, disk, remote or compiled."""
         return self._op.cache_source
 
-    def __call__(self, *args, grid, block=None, shared_bytes=0, entry="", sync=None):
+    def __call__(self, *args, grid, block=None, shared_bytes=0, entry="", sync=None, stream=None):
         self._op.launch(grid, self._block if block is None else block, *args, shared_bytes=shared_bytes, entry=entry,
-                        sync=self._sync if sync is None else sync)
+                        sync=self._sync if sync is None else sync, stream=stream)
 
     launch = __call__
 
@@ -122,7 +122,53 @@ class Context:
         return self._wrap(self._ctx.op_from_spec(text, os.fspath(base_dir), target))
 
     def synchronize(self):
+        """Waits for every stream of the accelerator."""
         self._ctx.synchronize()
+
+    # The accelerator interface, named as DeepSpeed's accelerator and torch.cuda name it.
+    def device_count(self):
+        return self._ctx.device_count()
+
+    def device_name(self, device=0):
+        return self._ctx.device_name(device)
+
+    def current_device(self):
+        return self._ctx.current_device()
+
+    def memory_stats(self):
+        """{"allocated_bytes", "max_allocated_bytes", "reserved_bytes", "max_reserved_bytes",
+        "total_bytes", "available_bytes"} of the device's memory as kiln allocated it."""
+        m = self._ctx.memory_stats()
+        return {"allocated_bytes": m.allocated, "max_allocated_bytes": m.max_allocated, "reserved_bytes": m.reserved,
+                "max_reserved_bytes": m.max_reserved, "total_bytes": m.total, "available_bytes": m.available}
+
+    def reset_peak_memory_stats(self):
+        self._ctx.reset_peak_memory()
+
+    def supported_dtypes(self):
+        return self._ctx.supported_dtypes()
+
+    def supports(self, capability):
+        """True when the accelerator has `capability` ("graphs", "event_timing", "pinned_memory",
+        "float16", "bfloat16", "multi_device", "graph_events", "external_profiler")."""
+        return self._ctx.unsupported_reason(capability) == ""
+
+    def unsupported_reason(self, capability):
+        return self._ctx.unsupported_reason(capability)
+
+    def communication_backend_name(self):
+        return self._ctx.communication_backend()
+
+    def Stream(self):  # noqa: N802 (torch.cuda.Stream's spelling)
+        """A new in-order queue; ops take it as op(..., stream=s)."""
+        return self._ctx.create_stream()
+
+    def wrap_stream(self, native):
+        """A framework's stream (an address: torch.cuda.current_stream().cuda_stream)."""
+        return self._ctx.wrap_stream(int(native))
+
+    def Event(self):  # noqa: N802
+        return self._ctx.create_event()
 
     def build_library(self, name, sources, **options):
         """A host shared library through kiln's pipeline (kiln::Context::build_library): returns a

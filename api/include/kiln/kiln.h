@@ -178,20 +178,71 @@ class KILN_API Op {
   std::shared_ptr<Impl> m_impl;
 };
 
-// An in-order queue of work on the Context's accelerator.
+class Graph;
+
+// Marks a point in a stream's work (maps to CUevent). Made by Context::create_event.
+class KILN_API Event {
+ public:
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  bool query();        // true when the work recorded before it is done (or it was never recorded)
+  void synchronize();  // blocks until query() would be true
+  double elapsed_ms_since(Event& start);  // both recorded and done; needs the event_timing capability
+  struct Impl;
+
+ private:
+  friend class Context;
+  friend class Stream;
+  explicit Event(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+// An in-order queue of work on the Context's accelerator (maps to CUstream). Launches name it
+// in Launch::stream; one made by Context::wrap_stream is a framework's, which kiln never frees.
 class KILN_API Stream {
  public:
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   void synchronize();
+  bool query();  // true when everything queued so far is done, without blocking
+  void record(Event& event);
+  void wait(Event& event);  // later work on this stream waits for `event`
+  // Capture: work queued until end_capture() is recorded, not run, and comes back as a Graph
+  // that replays it (cuStreamBeginCapture / cuGraphInstantiate). Needs the graphs capability.
+  void begin_capture();
+  std::unique_ptr<Graph> end_capture();
   struct Impl;
 
  private:
   friend class Context;
   friend class Op;
+  friend class Graph;
   explicit Stream(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> m_impl;
+};
+
+// Captured work, replayed as a whole with its arguments already resolved (maps to CUgraphExec).
+class KILN_API Graph {
+ public:
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  void launch(Stream& stream);
+  struct Impl;
+
+ private:
+  friend class Stream;
+  explicit Graph(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+// Device memory as the accelerator sees it (maps to torch.cuda.memory_stats).
+struct MemoryStats {
+  uint64_t allocated = 0, max_allocated = 0;  // bytes handed out by allocate(), and their peak
+  uint64_t reserved = 0, max_reserved = 0;    // bytes held from the driver or OS, and their peak
+  uint64_t total = 0, available = 0;          // the device's memory, and what is free on it now
 };
 
 template <class T>
@@ -279,6 +330,19 @@ class KILN_API Context {
   }
 
   std::unique_ptr<Stream> create_stream();
+  std::unique_ptr<Event> create_event();
+
+  // The accelerator as frameworks' accelerator objects describe it (DeepSpeed's, torch.cuda).
+  int device_count() const;
+  std::string device_name(int device = 0) const;
+  int current_device() const;
+  MemoryStats memory_stats() const;
+  void reset_peak_memory();
+  std::vector<std::string> supported_dtypes() const;  // "float32", "bfloat16", ...
+  // Empty when the accelerator has `capability` ("graphs", "pinned_memory", "event_timing",
+  // "float16", "bfloat16", "multi_device", ...), else why not.
+  std::string unsupported_reason(const std::string& capability) const;
+  std::string communication_backend() const;  // "gloo", "nccl"
   // A stream of the accelerator's own API that kiln does not own, as an address (torch's
   // torch.cuda.current_stream().cuda_stream): launches given it are ordered with the
   // framework's work. Throws Error("unavailable") on an accelerator without native streams.
