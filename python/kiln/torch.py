@@ -183,9 +183,10 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cf
             os.makedirs(build_directory, exist_ok=True)
             output = os.path.join(build_directory, name + ".so")
         built = _build(name, sources, extra_cflags, extra_ldflags, extra_include_paths, output, verbose)
+        key = built["key"]  # under the plain name: what a later call with these inputs compares
         previous = _loaded.get(name)
         if previous is not None:
-            if previous[0] == built["key"]:
+            if previous[0] == key:
                 return previous[1]
             # Changed inputs under a name already imported: a module name imports once per
             # process, so, as torch does, the new build is name_v1, name_v2, ...
@@ -204,7 +205,7 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cf
             for w in built["warnings"]:
                 print("kiln: " + w, flush=True)
         module = _import(module_name, built["path"], is_python_module)
-        _loaded[name] = (built["key"], module)
+        _loaded[name] = (key, module)
         return module
 
 

@@ -124,6 +124,8 @@ def test_changed_sources_under_a_loaded_name_load_as_name_v1(tmp_path):
     second = kiln.torch.load(name="kiln_versioned", sources=[str(source)])
     assert (first.value(), second.value()) == (1, 2)
     assert second.__name__ == "kiln_versioned_v1"
+    # The same changed inputs again: the module just loaded, not a _v2.
+    assert kiln.torch.load(name="kiln_versioned", sources=[str(source)]) is second
 
 
 def test_is_python_module_false_registers_torch_ops():
