@@ -15,6 +15,7 @@
 #include "builders/ops.h"
 #include "builders/spec.h"
 #include "builders/target.h"
+#include "jit/toolchain.h"
 #include "runtime/host_cpu.h"
 #include "runtime/registry.h"
 #include "support/file_util.h"
@@ -243,6 +244,22 @@ Library Context::build_library(const LibraryOptions& options) {
   lib.unit_defines = options.unit_defines;
   lib.link_flags = options.link_flags;
   lib.facts = options.facts;
+  bool cuda = false;
+  for (auto& path : sources) cuda = cuda || jit::is_cuda_source(path);
+  if (cuda) {
+    if (options.cuda_archs.empty())
+      throw Error("invalid_argument", "library " + options.name + " has CUDA sources and no cuda_archs to compile them for");
+    for (auto& arch : options.cuda_archs) {
+      size_t digits = arch.rfind("sm_", 0) == 0 ? 3 : arch.rfind("compute_", 0) == 0 ? 8 : 0;
+      if (!digits || arch.size() == digits || arch.size() > digits + 3 ||
+          arch.find_first_not_of("0123456789", digits) != std::string::npos)
+        throw Error("invalid_argument", "library " + options.name + ": CUDA architecture '" + arch +
+                                            "' is not sm_<number> or compute_<number> (e.g. sm_90)");
+    }
+    for (auto& d : options.system_include_dirs) lib.cuda_flags.insert(lib.cuda_flags.end(), {"-isystem", absolute_path(d)});
+    lib.cuda_flags.insert(lib.cuda_flags.end(), options.cuda_flags.begin(), options.cuda_flags.end());
+    lib.cuda_archs = options.cuda_archs;
+  }
   spec.library = std::move(lib);
 
   builders::Target target = value_or_throw(builders::parse_target("cpu:" + runtime::x86_level_name(runtime::host_x86_level())));

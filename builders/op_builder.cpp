@@ -219,6 +219,8 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked)
     r.compile.prelude = spec.library->prelude;
     r.compile.unit_defines = spec.library->unit_defines;
     r.compile.link_flags = spec.library->link_flags;
+    r.compile.cuda_flags = spec.library->cuda_flags;
+    r.compile.cuda_archs = spec.library->cuda_archs;
     return r;
   }
   r.kernels = signatures_of(spec);
@@ -313,6 +315,11 @@ KeyParts input_key(const BuildRequest& r, const std::string& toolchain_identity,
     for (auto& h : r.compile.prelude) k.add("prelude", h);
     for (auto& d : r.compile.unit_defines) k.add("unit-define", d);
     for (auto& f : r.compile.link_flags) k.add("link-flag", f);
+    // Only a library with CUDA sources has CUDA options in its key (keys of C++ ones unchanged).
+    if (jit::has_cuda_sources(r.compile)) {
+      for (auto& f : r.compile.cuda_flags) k.add("cuda-flag", f);
+      for (auto& a : r.compile.cuda_archs) k.add("cuda-arch", a);
+    }
     for (auto& [name, value] : spec.library->facts) k.add("fact:" + name, value);
   }
   for (size_t i = 0; i < r.compile.sources.size(); ++i) {

@@ -380,7 +380,8 @@ Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
   in.hiprtc = target.backend == "hip" && hip_toolchain_for() == "hiprtc";
   KILN_ASSIGN_OR_RETURN(in.identity, in.nvrtc                       ? jit::nvrtc_toolchain_identity()
                                      : in.hiprtc                    ? jit::hiprtc_toolchain_identity()
-                                     : target.backend == "cuda" ? jit::clang_cuda_toolchain_identity()
+                                     : target.backend == "cuda" || jit::has_cuda_sources(in.request.compile)
+                                         ? jit::clang_cuda_toolchain_identity()
                                      : target.backend == "opencl" || target.backend == "spirv" ? jit::clang_spirv_toolchain_identity()
                                                                 : jit::clang_toolchain_identity());
   in.key = input_key(in.request, in.identity);

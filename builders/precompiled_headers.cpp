@@ -86,7 +86,9 @@ std::vector<std::pair<size_t, std::string>> plan(const BuildRequest& r) {
     // A host library's prelude stands before every source: one PCH for all of them.
     std::string prefix;
     for (auto& h : r.compile.prelude) prefix += "#include <" + h + ">\n";
-    for (size_t i = 0; i < r.compile.sources.size(); ++i) out.emplace_back(i, prefix);
+    // Not its CUDA sources: they are not compiled as C++ (and have no prelude).
+    for (size_t i = 0; i < r.compile.sources.size(); ++i)
+      if (!jit::is_cuda_source(r.compile.sources[i].path)) out.emplace_back(i, prefix);
     return out;
   }
   for (size_t i = 0; i < r.compile.sources.size(); ++i) {

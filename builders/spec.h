@@ -115,6 +115,11 @@ struct LibrarySpec {
   // to the compile, left out of precompiled headers, so one PCH serves every extension name.
   std::vector<std::string> unit_defines;
   std::vector<std::string> link_flags;  // for the link: -L, -l, -Wl,..., object files
+  // Its CUDA sources (jit::is_cuda_source: a .cu file): Clang's options for them, in place of
+  // the op's flags, and the GPU architectures their device code is for ("sm_90": a cubin,
+  // "compute_90": PTX). See jit::CompileRequest.
+  std::vector<std::string> cuda_flags;
+  std::vector<std::string> cuda_archs;
   // What else decides the binary and is not a file the compiler reads (torch's version and C++
   // ABI, the Python version): each enters the key as name=value.
   std::vector<std::pair<std::string, std::string>> facts;

@@ -20,6 +20,17 @@ std::vector<std::string_view> angled_includes(std::string_view text) {
 
 bool has_angled_include(std::string_view text) { return !angled_includes(text).empty(); }
 
+bool is_cuda_source(std::string_view path) {
+  return (path.size() > 3 && path.substr(path.size() - 3) == ".cu") || (path.size() > 4 && path.substr(path.size() - 4) == ".cuh");
+}
+
+bool has_cuda_sources(const CompileRequest& request) {
+  if (!request.host_library) return false;
+  for (auto& s : request.sources)
+    if (is_cuda_source(s.path)) return true;
+  return false;
+}
+
 const char* severity_name(Diagnostic::Severity s) {
   switch (s) {
     case Diagnostic::Severity::kNote: return "note";

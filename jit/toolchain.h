@@ -44,6 +44,12 @@ struct CompileRequest {
   std::vector<std::string> prelude;
   std::vector<std::string> unit_defines;
   std::vector<std::string> link_flags;
+  // A host library's CUDA sources (is_cuda_source): compiled by Clang's CUDA path with
+  // `cuda_flags` in place of `flags`: device code for each of `cuda_archs` ("sm_90": a cubin;
+  // "compute_90": PTX the driver compiles on newer GPUs) wrapped in one fat binary that the host
+  // object embeds and registers with the CUDA runtime when the library loads.
+  std::vector<std::string> cuda_flags;
+  std::vector<std::string> cuda_archs;
 
   // What to make: the artifact, or a precompiled header of sources[0] (whose text is an include
   // prefix) that later compiles with the same options can use. Toolchains that cannot say so
@@ -54,6 +60,12 @@ struct CompileRequest {
   // kPrecompiledHeader result for the same options. Not owned; they outlive the compile.
   std::map<size_t, std::string_view> precompiled_headers;
 };
+
+// True for a source that a host library compiles as CUDA: its name ends in ".cu" or ".cuh", as
+// for torch's extension loader.
+bool is_cuda_source(std::string_view path);
+// True when `request` is a host library with a CUDA source.
+bool has_cuda_sources(const CompileRequest& request);
 
 // The headers `text` #includes in <...> (toolkit or system headers), in order: "cuda_bf16.h".
 std::vector<std::string_view> angled_includes(std::string_view text);

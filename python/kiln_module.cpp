@@ -418,9 +418,10 @@ PYBIND11_MODULE(_kiln, m) {
                                const std::vector<std::string>& defines, const std::vector<std::string>& unit_defines,
                                const std::vector<std::string>& flags, const std::vector<std::string>& link_flags,
                                const std::vector<std::string>& prelude, const std::vector<std::pair<std::string, std::string>>& facts,
-                               const std::string& root, const std::string& output) {
+                               const std::string& root, const std::string& output, const std::vector<std::string>& cuda_flags,
+                               const std::vector<std::string>& cuda_archs) {
             kiln::LibraryOptions o{name, sources, include_dirs, system_include_dirs, defines, unit_defines, flags, link_flags, prelude,
-                                   facts, root, output};
+                                   facts, root, output, cuda_flags, cuda_archs};
             kiln::Library lib;
             {
               py::gil_scoped_release release;
@@ -441,5 +442,6 @@ PYBIND11_MODULE(_kiln, m) {
           py::arg("system_include_dirs") = std::vector<std::string>{}, py::arg("defines") = std::vector<std::string>{},
           py::arg("unit_defines") = std::vector<std::string>{}, py::arg("flags") = std::vector<std::string>{},
           py::arg("link_flags") = std::vector<std::string>{}, py::arg("prelude") = std::vector<std::string>{},
-          py::arg("facts") = std::vector<std::pair<std::string, std::string>>{}, py::arg("root") = "", py::arg("output") = "");
+          py::arg("facts") = std::vector<std::pair<std::string, std::string>>{}, py::arg("root") = "", py::arg("output") = "",
+          py::arg("cuda_flags") = std::vector<std::string>{}, py::arg("cuda_archs") = std::vector<std::string>{});
 }

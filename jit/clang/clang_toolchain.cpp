@@ -19,6 +19,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <atomic>
 
@@ -59,6 +60,7 @@
 #include "jit/nvrtc/nvjitlink.h"
 #include "jit/spirv/spirv_validate.h"
 #include "jit/toolchain.h"
+#include "support/cuda_fatbin.h"
 #include "support/cuda_module_format.h"
 #include "support/cuda_toolkit.h"
 #include "support/file_util.h"
@@ -190,14 +192,51 @@ class PreprocessInto final : public clang::PreprocessorFrontendAction {
   llvm::raw_ostream& m_out;
 };
 
+// A host library's CUDA source compiles in passes (kiln's in-process stand-in for what nvcc or
+// Clang's driver does with subprocesses): device code for each architecture, as PTX; then the
+// host code, into which Clang's CUDA code generation embeds the fat binary made of the device
+// code (-fcuda-include-gpubinary) with a constructor that registers it and its kernels with the
+// CUDA runtime when the library is loaded.
+struct CudaPass {
+  int device_sm = 0;        // > 0: the device pass for sm_<device_sm>; 0: the host pass
+  std::string_view fatbin;  // the host pass: the fat binary to embed
+};
+
+// Where the host pass finds the fat binary: in the in-memory file system, beside a PCH, in the
+// folder kept out of dependency lists.
+constexpr const char* k_fatbin_path = "/kiln-precompiled/device.fatbin";
+
+// "sm_90" -> 90 (a cubin), "compute_90" -> -90 (PTX); 0 for anything else.
+int cuda_arch_code(std::string_view arch) {
+  bool ptx = arch.rfind("compute_", 0) == 0;
+  if (!ptx && arch.rfind("sm_", 0) != 0) return 0;
+  std::string digits(arch.substr(ptx ? 8 : 3));
+  if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  int sm = std::atoi(digits.c_str());
+  return ptx ? -sm : sm;
+}
+
+// The architectures device code is compiled for: every sm and compute listed, ascending.
+std::vector<int> cuda_device_sms(const CompileRequest& request) {
+  std::set<int> sms;
+  for (auto& arch : request.cuda_archs)
+    if (int code = cuda_arch_code(arch)) sms.insert(code < 0 ? -code : code);
+  return {sms.begin(), sms.end()};
+}
+
 // Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
 // prefix, made by Make::kPrecompiledHeader with the same request options.
 bool compile_one(const SourceFile& source, const CompileRequest& request, std::string_view pch, Make make,
-                 CollectingConsumer& consumer, CompileResult& result, ObjectFile& object, ModuleOut* module_out = nullptr) {
+                 CollectingConsumer& consumer, CompileResult& result, ObjectFile& object, ModuleOut* module_out = nullptr,
+                 const CudaPass* cuda_pass = nullptr) {
   std::vector<std::string>& dependencies = result.dependencies;
   auto memory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
   memory->addFile(source.path, 0, llvm::MemoryBuffer::getMemBufferCopy(source.text, source.path));
   if (!pch.empty()) memory->addFile(k_pch_path, 0, llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(pch.data(), pch.size()), k_pch_path, false));
+  const bool device_pass = cuda_pass && cuda_pass->device_sm > 0;
+  if (cuda_pass && !device_pass)
+    memory->addFile(k_fatbin_path, 0,
+                    llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(cuda_pass->fatbin.data(), cuda_pass->fatbin.size()), k_fatbin_path, false));
   auto overlay = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(llvm::vfs::getRealFileSystem());
   overlay->pushOverlay(memory);
 
@@ -229,6 +268,20 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
     // leaves out Clang's own OpenCL header: the device has its own.
     storage = {k_clang_path, "-x", "cl", "-cl-std=CL3.0", "--target=spirv64", "-O3"};
     if (make == Make::kPreprocessed) storage.push_back("-cl-no-stdinc");
+  } else if (cuda_pass) {
+    // A host library's CUDA source: its user's options as for its C++ sources, with Clang's CUDA
+    // headers and the toolkit's. Device code is optimised whatever the host's -O, as nvcc does
+    // (its -O is for the host compiler; ptxas optimises at -O3 by default).
+    storage = {k_clang_path, "-x", "cuda", "--cuda-path=" + cuda_toolkit_root(), "-Wno-unknown-cuda-version"};
+    // CUB, Thrust and libcu++ (include/cccl since CUDA 13), which nvcc's profile adds itself.
+    if (auto headers = cuda_headers_at(cuda_toolkit_root()))
+      for (size_t i = 1; i < headers->dirs.size(); ++i) storage.insert(storage.end(), {"-isystem", headers->dirs[i]});
+    if (device_pass) {
+      storage.insert(storage.end(), {"--cuda-device-only", "--offload-arch=sm_" + std::to_string(cuda_pass->device_sm), "-O3"});
+    } else {
+      storage.insert(storage.end(), {"--cuda-host-only", "-fPIC"});
+      for (int sm : cuda_device_sms(request)) storage.push_back("--offload-arch=sm_" + std::to_string(sm));  // __CUDA_ARCH_LIST__
+    }
   } else if (request.host_library) {
     // A host library's options are its user's (torch's loader passes -std and no -O): kiln adds
     // only what a shared object needs.
@@ -238,14 +291,15 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   }
   for (auto& dir : request.include_dirs) storage.push_back("-I" + dir);
   for (auto& def : request.defines) storage.push_back("-D" + def);
-  for (auto& flag : request.flags) storage.push_back(flag);
+  for (auto& flag : cuda_pass ? request.cuda_flags : request.flags) storage.push_back(flag);
   if (make != Make::kPrecompiledHeader) {
     for (auto& def : request.unit_defines) storage.push_back("-D" + def);
     // The prelude: through the PCH when there is one (it was made from exactly these headers).
-    if (pch.empty())
+    // Not for CUDA sources: they include what they use, as torch's loader has them do.
+    if (pch.empty() && !cuda_pass)
       for (auto& header : request.prelude) storage.insert(storage.end(), {"-include", header});
   }
-  storage.insert(storage.end(), {request.language == "cuda" ? "-S" : "-c", source.path, "-o", "/dev/null"});
+  storage.insert(storage.end(), {request.language == "cuda" || device_pass ? "-S" : "-c", source.path, "-o", "/dev/null"});
   std::vector<const char*> argv;
   for (auto& s : storage) argv.push_back(s.c_str());
 
@@ -271,6 +325,7 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   // The driver asks for -disable-free; in a resident process that leaks ~0.7 MB a compile.
   invocation->getFrontendOpts().DisableFree = false;
   invocation->getCodeGenOpts().DisableFree = false;
+  if (cuda_pass && !device_pass) invocation->getCodeGenOpts().CudaGpuBinaryFileName = k_fatbin_path;
   if (!pch.empty()) {
     invocation->getPreprocessorOpts().ImplicitPCHInclude = k_pch_path;
     // Clang would compare the headers' sizes and times with those it recorded. The caller found
@@ -338,7 +393,7 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
     llvm::raw_svector_ostream text(object.bytes);
     PreprocessInto action(text);
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
-  } else if (request.language == "cuda") {
+  } else if (request.language == "cuda" || device_pass) {
     clang::EmitAssemblyAction action;  // PTX is NVPTX's assembly
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
   } else {
@@ -618,6 +673,88 @@ bool run_lld(const std::vector<ObjectFile>& objects, const std::string& label, c
   return ok;
 }
 
+// A host library's CUDA source into a host object (see CudaPass): the device passes, one thread
+// per architecture; a cubin per "sm_" architecture from its own PTX by nvJitLink (each pass
+// compiled with that architecture's __CUDA_ARCH__, as nvcc's -gencode does), the PTX of each
+// "compute_" one; one fat binary of them; the host pass. What the compiler said goes into
+// `consumer` (the host pass) and `part` (the device passes' diagnostics, without repeats, and
+// their log when they failed or said something the host pass did not).
+bool compile_cuda_unit(const SourceFile& source, const CompileRequest& request, CollectingConsumer& consumer, CompileResult& part,
+                       ObjectFile& object) {
+  std::vector<int> sms = cuda_device_sms(request);
+  if (sms.empty()) {
+    part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0,
+                                "no CUDA architecture to compile this source for (cuda_archs is empty)"});
+    return false;
+  }
+  const size_t n = sms.size();
+  clang::DiagnosticOptions options;
+  options.ShowColors = false;
+  std::vector<std::unique_ptr<CollectingConsumer>> consumers;
+  for (size_t i = 0; i < n; ++i) consumers.push_back(std::make_unique<CollectingConsumer>(options));
+  std::vector<CompileResult> passes(n);
+  std::vector<ObjectFile> ptx(n);
+  std::vector<char> compiled(n, 0);
+  auto device = [&](size_t i) {
+    CudaPass pass{sms[i], {}};
+    compiled[i] = compile_one(source, request, {}, Make::kCode, *consumers[i], passes[i], ptx[i], nullptr, &pass);
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < n; ++i) threads.emplace_back(device, i);
+  device(0);
+  for (auto& t : threads) t.join();
+  bool ok = true;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < n; ++i) {
+    ok = ok && compiled[i];
+    bool news = false;
+    for (auto& d : consumers[i]->take_diagnostics())
+      if (seen.insert(d.to_string()).second) {
+        part.diagnostics.push_back(d);
+        news = news || d.severity != Diagnostic::Severity::kNote;
+      }
+    if (news || !compiled[i]) part.log += consumers[i]->text();
+    part.dependencies.insert(part.dependencies.end(), passes[i].dependencies.begin(), passes[i].dependencies.end());
+    part.missing_files.insert(part.missing_files.end(), passes[i].missing_files.begin(), passes[i].missing_files.end());
+  }
+  if (!ok) return false;
+  // nvJitLink reads PTX up to its NUL: a std::string has one after its bytes.
+  std::vector<std::string> ptx_text(n);
+  for (size_t i = 0; i < n; ++i) ptx_text[i].assign(ptx[i].bytes.data(), ptx[i].bytes.size());
+  // The device code: cubins (linked side by side), then PTX, as nvcc orders them.
+  std::vector<Result<std::string>> cubins(n, Result<std::string>(std::string()));
+  std::vector<bool> wants_cubin(n, false), wants_ptx(n, false);
+  for (auto& arch : request.cuda_archs) {
+    int code = cuda_arch_code(arch);
+    for (size_t i = 0; i < n; ++i)
+      if (sms[i] == (code < 0 ? -code : code)) (code < 0 ? wants_ptx : wants_cubin)[i] = true;
+  }
+  threads.clear();
+  for (size_t i = 0; i < n; ++i)
+    if (wants_cubin[i])
+      threads.emplace_back([&, i] { cubins[i] = link_cubin(ptx_text[i], sms[i]); });
+  for (auto& t : threads) t.join();
+  std::vector<FatbinImage> images;
+  for (size_t i = 0; i < n; ++i) {
+    if (!wants_cubin[i]) continue;
+    if (!cubins[i].ok()) {
+      part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0,
+                                  "the device code for sm_" + std::to_string(sms[i]) + " does not link: " + cubins[i].status().message()});
+      return false;
+    }
+    images.push_back({FatbinImage::Kind::kCubin, sms[i], *cubins[i]});
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (wants_ptx[i]) images.push_back({FatbinImage::Kind::kPtx, sms[i], ptx_text[i]});
+  auto fatbin = encode_fatbin(images);
+  if (!fatbin.ok()) {
+    part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0, fatbin.status().message()});
+    return false;
+  }
+  CudaPass host{0, *fatbin};
+  return compile_one(source, request, {}, Make::kCode, consumer, part, object, nullptr, &host);
+}
+
 class ClangToolchain final : public Toolchain {
  public:
   ClangToolchain() {
@@ -658,7 +795,9 @@ class ClangToolchain final : public Toolchain {
     std::atomic<size_t> next{0};
     auto work = [&] {
       for (size_t i; (i = next.fetch_add(1)) < n;)
-        compiled[i] = compile_one(request.sources[i], request, pch_for(request, i), Make::kCode, *consumers[i], parts[i], objects[i]);
+        compiled[i] = request.host_library && is_cuda_source(request.sources[i].path)
+                          ? compile_cuda_unit(request.sources[i], request, *consumers[i], parts[i], objects[i])
+                          : compile_one(request.sources[i], request, pch_for(request, i), Make::kCode, *consumers[i], parts[i], objects[i]);
     };
     size_t threads = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
     std::vector<std::thread> pool;
@@ -668,9 +807,14 @@ class ClangToolchain final : public Toolchain {
     bool ok = true;
     for (size_t i = 0; i < n; ++i) {
       ok = ok && compiled[i];
-      auto d = consumers[i]->take_diagnostics();
+      // A CUDA source's device passes first (kept in its part), then what its host pass said.
+      std::vector<Diagnostic> d = std::move(parts[i].diagnostics);
+      std::set<std::string> seen;
+      for (auto& x : d) seen.insert(x.to_string());
+      for (auto& x : consumers[i]->take_diagnostics())
+        if (seen.insert(x.to_string()).second) d.push_back(std::move(x));
       result.diagnostics.insert(result.diagnostics.end(), d.begin(), d.end());
-      result.log += consumers[i]->text();
+      result.log += parts[i].log + consumers[i]->text();
       result.dependencies.insert(result.dependencies.end(), parts[i].dependencies.begin(), parts[i].dependencies.end());
       result.missing_files.insert(result.missing_files.end(), parts[i].missing_files.begin(), parts[i].missing_files.end());
     }

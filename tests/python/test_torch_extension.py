@@ -140,10 +140,13 @@ def test_build_directory_receives_the_library(tmp_path):
     assert ext.__file__ == str(tmp_path / "kiln_lltm_dir.so") and os.path.getsize(ext.__file__) > 0
 
 
-def test_cuda_sources_are_refused_with_the_reason(tmp_path):
+def test_cuda_sources_without_what_they_need_are_refused_with_the_reason(tmp_path, monkeypatch):
+    # A torch without CUDA, or (test_torch_cuda_extension.py builds them) no toolkit where CUDA_HOME says.
     source = tmp_path / "k.cu"
     source.write_text("__global__ void k() {}\n")
-    with pytest.raises(kiln.KilnError, match="CUDA sources \\(k.cu\\) are not supported"):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    with pytest.raises(kiln.KilnError, match="CUDA sources \\(k.cu\\) need (a torch built with CUDA; torch .* has no CUDA "
+                                             "\\(torch.version.cuda is None\\)|the CUDA toolkit's headers; there is no .*cuda.h)"):
         kiln.torch.load(name="kiln_cuda", sources=[str(source)])
 
 

@@ -254,7 +254,7 @@ class Buffer;
 // relative to the working directory.
 struct LibraryOptions {
   std::string name;                              // names it in messages and in the cache's index
-  std::vector<std::string> sources;              // C++ source files
+  std::vector<std::string> sources;              // C++ source files, and CUDA ones (*.cu)
   std::vector<std::string> include_dirs;         // -I: the library's own headers
   std::vector<std::string> system_include_dirs;  // -isystem: what it builds against (torch's headers)
   std::vector<std::string> defines;              // "NAME" or "NAME=VALUE"
@@ -275,6 +275,15 @@ struct LibraryOptions {
   // Where to write the library. Empty: an anonymous memory file, named "/proc/self/fd/N",
   // which lives as long as the process.
   std::string output;
+  // CUDA sources (*.cu) are compiled by Clang's CUDA path in-process with these flags (as Clang
+  // takes them) in place of `flags`, after the system include folders, defines and unit defines
+  // that all sources get, and no prelude. Their device code is compiled for each of `cuda_archs`
+  // ("sm_90": a cubin for that GPU; "compute_90": PTX that the driver compiles for newer GPUs) and
+  // embedded as one fat binary that registers with the CUDA runtime when the library loads, so
+  // link the runtime (link_flags: -L<cuda>/lib64 -lcudart). Needs the CUDA toolkit
+  // ($CUDA_HOME, $CUDA_PATH or /usr/local/cuda: headers, libdevice) and nvJitLink.
+  std::vector<std::string> cuda_flags;
+  std::vector<std::string> cuda_archs;
 };
 
 // What build_library made or found.
