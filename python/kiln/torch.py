@@ -312,8 +312,22 @@ def _cuda_toolkit(name, what):
     return home, lib
 
 
+def _check_torch_headers(name, facts):
+    """torch's C++ headers, or a KilnError saying how to get them: Debian's python3-torch ships
+    include/ as links into /usr/include that only libtorch-dev fills (the compiler would otherwise
+    say only that torch/extension.h was not found)."""
+    header = os.path.join(facts["system_include_dirs"][0], "torch", "extension.h")
+    if os.path.isfile(header):
+        return
+    broken = os.path.islink(os.path.dirname(header)) or os.path.islink(header)
+    raise KilnError("extension '%s': torch %s has no C++ headers: %s %s. Install them with torch (Debian/Ubuntu: apt install "
+                    "libtorch-dev; pip's torch wheels carry them)" % (name, _torch.__version__, header,
+                                                                     "is a dangling link" if broken else "does not exist"))
+
+
 def _build(module_name, sources, extra_cflags, extra_ldflags, extra_include_paths, output, verbose, cuda=None):
     facts = torch_facts()
+    _check_torch_headers(module_name, facts)
     cflags = ["-std=" + facts["std"]] + _split(extra_cflags)
     ldflags = ["-L" + facts["lib_dir"], "-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"]
     system_include_dirs = facts["system_include_dirs"]

@@ -103,6 +103,28 @@ def test_a_compile_error_raises_with_the_diagnostics(tmp_path):
     assert located and located[0]["file"] == str(source) and located[0]["line"] == 4, error.diagnostics
 
 
+def test_a_torch_without_its_cpp_headers_is_refused_saying_how_to_get_them(tmp_path):
+    # Debian's python3-torch without libtorch-dev: include/torch is a link to a folder that is not
+    # there. Shown with a torch include folder made that way, in a child process (the facts are
+    # computed once per process).
+    include = tmp_path / "include"
+    include.mkdir()
+    os.symlink(str(tmp_path / "missing" / "torch"), str(include / "torch"))
+    done = run_python("""
+        import kiln, kiln.torch
+        facts = dict(kiln.torch.torch_facts())
+        facts["system_include_dirs"] = [%r] + facts["system_include_dirs"][1:]
+        kiln.torch._facts = facts
+        try:
+            kiln.torch.load(name="kiln_no_headers", sources=[%r])
+        except kiln.KilnError as e:
+            print("refused:", e)
+        """ % (str(include), LLTM))
+    assert "refused: extension 'kiln_no_headers': torch" in done.stdout, done.stdout
+    assert "has no C++ headers: %s is a dangling link" % (include / "torch" / "extension.h") in done.stdout
+    assert "apt install libtorch-dev" in done.stdout
+
+
 def test_load_inline_writes_bindings_for_functions():
     source = "torch::Tensor twice(torch::Tensor x) { return 2 * x; }\ntorch::Tensor plus_one(torch::Tensor x) { return x + 1; }\n"
     ext = kiln.torch.load_inline(name="kiln_inline", cpp_sources=source, functions={"twice": "doubles", "plus_one": ""})
