@@ -356,13 +356,14 @@ Result<std::vector<ManifestEntry>> decode_manifest(std::string_view text) {
 }
 
 std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<ManifestEntry>& manifest, const OpSpec& spec) {
+  std::vector<std::string> paths;
+  paths.reserve(manifest.size());
+  for (auto& e : manifest) paths.push_back(path_for(e.label, spec));
+  auto hashes = memo_files_hash(paths);  // one pass, each folder opened once
+  if (!hashes.ok()) return std::nullopt;
   std::vector<ManifestEntry> out;
   out.reserve(manifest.size());
-  for (auto& e : manifest) {
-    auto hash = memo_file_hash(path_for(e.label, spec));
-    if (!hash.ok()) return std::nullopt;
-    out.push_back({e.label, hash.value()});
-  }
+  for (size_t i = 0; i < manifest.size(); ++i) out.push_back({manifest[i].label, hashes.value()[i]});
   return out;
 }
 

@@ -24,6 +24,10 @@ class FileMemoTest : public ::testing::Test {
     s_dir->write("a.h", "int a;\n");
     s_dir->write("tree/x.h", "x\n");
     s_dir->write("tree/sub/y.h", "y\n");
+    // More files than memo_files_hash does on one thread, in 30 folders, one reached through a link.
+    for (int d = 0; d < k_many_folders; ++d)
+      for (int f = 0; f < k_many_per_folder; ++f) s_dir->write(many_rel(d, f), "// " + many_rel(d, f) + "\n");
+    std::filesystem::create_directory_symlink(*s_dir / "many/d0", *s_dir / "linked");
     std::this_thread::sleep_for(std::chrono::milliseconds(2100));
   }
   static void TearDownTestSuite() { delete s_dir; }
@@ -31,6 +35,15 @@ class FileMemoTest : public ::testing::Test {
   void TearDown() override { FileMemo::instance().reset_for_testing(); }
 
   static std::string memo_file() { return *s_dir / "memo"; }
+  static constexpr int k_many_folders = 30, k_many_per_folder = 50;
+  static std::string many_rel(int d, int f) { return "many/d" + std::to_string(d) + "/f" + std::to_string(f) + ".h"; }
+  static std::vector<std::string> many_paths() {
+    std::vector<std::string> out;
+    for (int d = 0; d < k_many_folders; ++d)
+      for (int f = 0; f < k_many_per_folder; ++f) out.push_back(*s_dir / many_rel(d, f));
+    out.push_back(*s_dir / "linked/f7.h");
+    return out;
+  }
   static testing::TempDir* s_dir;
 };
 testing::TempDir* FileMemoTest::s_dir = nullptr;
@@ -92,6 +105,39 @@ TEST_F(FileMemoTest, ADamagedMemoFileIsAnEmptyMemo) {
   EXPECT_EQ(memo_file_hash(*s_dir / "a.h").value(), xxh3_128("int a;\n"));
   EXPECT_TRUE(memo.save().ok());
   EXPECT_NE(read_file(dir / "memo")->find(*s_dir / "a.h"), std::string::npos);
+}
+
+TEST_F(FileMemoTest, ManyFilesHashAtOnceAsEachDoesAlone) {
+  std::vector<std::string> paths = many_paths();
+  ASSERT_GT(paths.size(), 1024u);  // past the threshold where the stats are split across threads
+  std::vector<Hash128> first = memo_files_hash(paths).value();  // read, then remembered
+  ASSERT_EQ(first.size(), paths.size());
+  for (size_t i = 0; i < paths.size(); i += 97) EXPECT_EQ(first[i], xxh3_128(read_file(paths[i]).value())) << paths[i];
+  EXPECT_EQ(first.back(), first[7]);  // linked/f7.h is many/d0/f7.h
+  EXPECT_TRUE(FileMemo::instance().get("hash", paths[1234], file_stamp(paths[1234])->digest()).has_value());
+  EXPECT_EQ(memo_files_hash(paths).value(), first);  // from the memo: a stat each
+}
+
+TEST_F(FileMemoTest, ManyFilesAtOnceSeeAnEditedOneAndSayWhichIsGone) {
+  testing::TempDir dir;
+  std::vector<std::string> paths;
+  for (int d = 0; d < 4; ++d)
+    for (int f = 0; f < 300; ++f) {
+      std::string rel = "d" + std::to_string(d) + "/f" + std::to_string(f) + ".h";
+      dir.write(rel, "same size " + std::to_string(1000 + f) + "\n");
+      paths.push_back(dir / rel);
+    }
+  std::vector<Hash128> first = memo_files_hash(paths).value();
+  dir.write("d2/f123.h", "edit size " + std::to_string(1123) + "\n");  // same size, in place
+  std::vector<Hash128> second = memo_files_hash(paths).value();
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (paths[i] == dir / "d2/f123.h") EXPECT_NE(second[i], first[i]);
+    else EXPECT_EQ(second[i], first[i]) << paths[i];
+  }
+  ASSERT_EQ(::unlink((dir / "d3/f299.h").c_str()), 0);
+  auto gone = memo_files_hash(paths);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_NE(gone.status().message().find(dir / "d3/f299.h"), std::string::npos) << gone.status().message();
 }
 
 TEST_F(FileMemoTest, AFolderDigestCoversNamesAndContentNotWhereTheFolderIs) {
