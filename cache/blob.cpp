@@ -49,10 +49,10 @@ Result<std::string> decompress(std::string_view frame, uint64_t expected, const 
   return out;
 }
 
-EncodedBlob encode_blob(std::string_view content, std::string_view metadata) {
+EncodedBlob encode_blob(std::string_view content, std::string_view metadata, ContentCodec content_codec) {
   EncodedBlob blob;
   blob.content_hash = xxh3_128(content);
-  auto packed_content = compress(content);
+  auto packed_content = content_codec == ContentCodec::kStored ? std::nullopt : compress(content);
   auto packed_meta = compress(metadata);
   std::string_view payload = packed_content ? std::string_view(*packed_content) : content;
   std::string_view meta = packed_meta ? std::string_view(*packed_meta) : metadata;

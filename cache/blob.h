@@ -37,7 +37,13 @@ struct EncodedBlob {
   Hash128 content_hash;  // of the raw content
 };
 
-EncodedBlob encode_blob(std::string_view content, std::string_view metadata = {});
+// How a blob's content is kept: zstd when that makes it smaller (the default), or as it is, for
+// content every use reads whole and soon (a precompiled header: decompressing torch's 133 MB one
+// cost 150 ms of each 2.5 s compile that used it, reading it as it is ~10 ms).
+enum class ContentCodec { kZstdWhenSmaller, kStored };
+
+EncodedBlob encode_blob(std::string_view content, std::string_view metadata = {},
+                        ContentCodec codec = ContentCodec::kZstdWhenSmaller);
 
 struct DecodedBlob {
   std::string content;

@@ -386,7 +386,8 @@ Status Store::put(const ArtifactRecord& r, std::string_view bytes) {
   ArtifactRecord record = r;
   record.size = bytes.size();
   if (!record.created) record.created = now_seconds();
-  EncodedBlob blob = encode_blob(bytes, encode_record(record));
+  // Precompiled headers are read whole by every compile that uses them: kept as they are.
+  EncodedBlob blob = encode_blob(bytes, encode_record(record), record.kind == "pch" ? ContentCodec::kStored : ContentCodec::kZstdWhenSmaller);
   std::lock_guard lock(m_mutex);
   return publish_locked(record, blob.bytes, blob.content_hash, /*durable=*/true);
 }

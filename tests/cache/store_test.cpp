@@ -68,6 +68,23 @@ TEST(StoreTest, MissThenHitWithMetadataAndManifest) {
   EXPECT_EQ(**store->get_manifest(r.input_key), r.manifest);
 }
 
+TEST(StoreTest, PrecompiledHeadersAreKeptUncompressedOtherArtifactsCompressed) {
+  testing::TempDir dir;
+  auto store = Store::open(dir.path()).value();
+  std::string compressible(200000, 'p');
+  auto pch = record_for("(pch) op"), so = record_for("op");
+  pch.kind = "pch";
+  ASSERT_TRUE(store->put(pch, compressible).ok());
+  ASSERT_TRUE(store->put(so, compressible).ok());
+  struct stat st{};
+  ASSERT_EQ(::stat(store->blob_path(pch.key).c_str(), &st), 0);
+  EXPECT_GT(static_cast<size_t>(st.st_size), compressible.size());  // read whole by every compile: stored as is
+  ASSERT_EQ(::stat(store->blob_path(so.key).c_str(), &st), 0);
+  EXPECT_LT(static_cast<size_t>(st.st_size), compressible.size() / 10);
+  EXPECT_EQ((*store->get(pch.key))->bytes, compressible);
+  EXPECT_EQ((*store->get(so.key))->bytes, compressible);
+}
+
 TEST(StoreTest, PersistsAcrossOpensUsesWalAndPrivateFolders) {
   testing::TempDir dir;
   auto r = record_for("op_b");
