@@ -1,0 +1,77 @@
+"""kiln.context("none").build_library, the pipeline under kiln.torch.load, on a plain C++ library
+(no torch): its code is generated in parts, on as many threads as KILN_COMPILE_THREADS allows, and
+the library works and has the same bytes whatever the number of threads."""
+import ctypes
+
+from conftest import run_python
+
+# What splitting a module must keep whole: a static initializer, internal functions called from
+# functions that may land in other parts, a template instantiated in a comdat, a function-local
+# static, a table of function pointers, and thread-local storage.
+SOURCE = r"""
+#include <cmath>
+#include <cstdint>
+
+namespace {
+int g_initialised = 0;
+struct Init { Init() { g_initialised = 41; } } g_init;
+static double scale(double x) { return x * 3.0; }
+thread_local int t_calls = 0;
+}
+
+template <typename T> T clamp_add(T a, T b, T hi) { T s = a + b; return s > hi ? hi : s; }
+
+extern "C" int initialised() { return g_initialised + 1; }
+extern "C" double scaled_sqrt(double x) { ++t_calls; return std::sqrt(scale(x)); }
+extern "C" int clamped(int a, int b) { ++t_calls; return clamp_add<int>(a, b, 100); }
+extern "C" int counter() { static int n = 0; return ++n; }
+extern "C" int calls_here() { return t_calls; }
+typedef double (*unary)(double);
+static double twice(double x) { return scale(x) / 1.5; }
+static unary table[] = {twice, scaled_sqrt};
+extern "C" double apply(int which, double x) { return table[which & 1](x); }
+"""
+
+BUILD = """
+import json, kiln
+lib = kiln.context("none").build_library("split_demo", [%r], flags=["-O2", "-std=c++17"], output=%r)
+print(json.dumps({"cache": lib["cache_source"], "warnings": lib["warnings"], "log": lib["log"]}))
+"""
+
+
+def build(tmp_path, threads):
+    source = tmp_path / "split_demo.cpp"
+    source.write_text(SOURCE)
+    cache, out = tmp_path / ("cache%s" % threads), tmp_path / ("split_demo_%s.so" % threads)
+    done = run_python(BUILD % (str(source), str(out)), env={"KILN_CACHE_DIR": str(cache), "KILN_COMPILE_THREADS": str(threads)})
+    return out, done.stdout
+
+
+def check(path):
+    lib = ctypes.CDLL(str(path))
+    lib.scaled_sqrt.restype = lib.apply.restype = ctypes.c_double
+    lib.scaled_sqrt.argtypes = [ctypes.c_double]
+    lib.apply.argtypes = [ctypes.c_int, ctypes.c_double]
+    assert lib.initialised() == 42  # the static initializer ran
+    assert abs(lib.scaled_sqrt(12.0) - 6.0) < 1e-12
+    assert lib.clamped(70, 20) == 90 and lib.clamped(70, 50) == 100
+    assert [lib.counter() for _ in range(3)] == [1, 2, 3]
+    assert lib.calls_here() == 3
+    assert abs(lib.apply(0, 3.0) - 6.0) < 1e-12 and abs(lib.apply(1, 3.0) - 3.0) < 1e-12
+
+
+def test_code_generation_on_any_number_of_threads_makes_the_same_working_library(tmp_path):
+    one, log = build(tmp_path, 1)
+    two, _ = build(tmp_path, 2)
+    three, _ = build(tmp_path, 3)
+    assert '"cache": "compiled"' in log
+    for path in (one, two, three):
+        check(path)
+    # The code is generated in a fixed number of parts, whatever the threads: the same bytes.
+    assert one.read_bytes() == two.read_bytes() == three.read_bytes()
+
+
+def test_a_bad_thread_count_is_a_warning_and_the_build_goes_on(tmp_path):
+    path, out = build(tmp_path, "lots")
+    assert "KILN_COMPILE_THREADS=lots is not a number from 1 to 1024" in out, out
+    check(path)
