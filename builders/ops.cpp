@@ -279,6 +279,9 @@ cache::RemoteTiers* Ops::remote() {
       if (secret.ok()) o.secret = std::move(secret).value();
       else st = secret.status();
     }
+    o.ca_file = m_settings.get(cache::SettingKey::kCaFile);
+    o.cert_file = m_settings.get(cache::SettingKey::kCertFile);
+    o.key_file = m_settings.get(cache::SettingKey::kKeyFile);
     o.report = [this](const std::string& kind, const std::string& message) { warn_once("remote " + kind, message); };
     if (st.ok()) {
       auto tiers = cache::RemoteTiers::create(std::move(o));

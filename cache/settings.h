@@ -12,6 +12,7 @@
 //   tiers = ["redis://cache-1:6379,redis://cache-2:6379",
 //            { url = "http://bazel-remote:8080/kiln", layout = "bazel", read_only = true }]
 //   secret_file = "/etc/kiln/cluster.secret"
+//   ca_file = "/etc/kiln/ca.pem"             # https tiers: the CAs to trust
 //   timeout = 2.0
 //
 // Files are read on every load (two failed open()s when there are none): no process-wide
@@ -34,6 +35,9 @@ enum class SettingKey {
   kLockTimeout,
   kRemoteTiers,
   kSecretFile,
+  kCaFile,
+  kCertFile,
+  kKeyFile,
   kConnectTimeout,
   kTimeout,
   kWait,

@@ -31,6 +31,7 @@ A config file is TOML, for example:
   tiers = ["redis://cache-1:6379,redis://cache-2:6379",
            { url = "http://bazel-remote:8080/kiln", layout = "bazel", read_only = true }]
   secret_file = "/etc/kiln/cluster.secret"   # mode 0600: signs and checks artifacts
+  ca_file = "/etc/kiln/ca.pem"               # https tiers: the CAs that sign the servers
   timeout = 2.0
 
 Secrets (the cluster secret, tokens, passwords) are read only from files that their owner
