@@ -176,24 +176,29 @@ namespace {
 
 // A PEM file named by a setting, read to check it holds what it should: a mistake is heard
 // about with the file's name when the tiers are made, not as a TLS error on the first miss.
-Status check_pem_file(const std::string& path, const char* setting, const char* what, std::string_view marker) {
+Status check_pem_file(const std::string& path, const char* setting, const char* what) {
   auto text = read_file(path);
-  if (!text.ok()) return invalid_argument(std::string(setting) + ": cannot read " + what + " " + path + ": " + text.status().message());
-  if (text->find(marker) == std::string::npos)
-    return invalid_argument(std::string(setting) + ": " + path + " holds no " + what + " (no '" + std::string(marker) +
-                            "' line): give a PEM file");
+  if (!text.ok()) return invalid_argument(std::string(setting) + ": cannot read " + path + " (" + text.status().message() + ")");
+  if (text->find("-----BEGIN CERTIFICATE-----") == std::string::npos)
+    return invalid_argument(std::string(setting) + ": " + path + " is not " + what +
+                            " (no '-----BEGIN CERTIFICATE-----' line): give a PEM file");
   return {};
 }
 
 // The client certificate's key, read as a secret (owner-only, as ssh insists for keys): from
-// key_file, else from the certificate file itself when the key is in it.
+// key_file, else from the certificate's file when the key is in it (that file is then a
+// secret too).
 Result<std::string> client_key(const RemoteOptions& o) {
-  const std::string& path = o.key_file.empty() ? o.cert_file : o.key_file;
-  auto text = read_secret_file(path);
-  if (!text.ok()) return invalid_argument("remote.key_file: " + text.status().message());
+  if (o.key_file.empty()) {
+    auto cert = read_file(o.cert_file);
+    if (!cert.ok() || cert->find("PRIVATE KEY-----") == std::string::npos)
+      return invalid_argument("remote.cert_file " + o.cert_file + " holds no private key: name the key's file in remote.key_file");
+  }
+  const char* setting = o.key_file.empty() ? "remote.cert_file (it holds the key)" : "remote.key_file";
+  auto text = read_secret_file(o.key_file.empty() ? o.cert_file : o.key_file);
+  if (!text.ok()) return invalid_argument(std::string(setting) + ": " + text.status().message());
   if (text->find("PRIVATE KEY-----") == std::string::npos)
-    return invalid_argument(o.key_file.empty() ? "remote.cert_file " + o.cert_file + " holds no private key: name it in remote.key_file"
-                                               : "remote.key_file: " + path + " holds no PEM private key (no 'PRIVATE KEY-----' line)");
+    return invalid_argument("remote.key_file: " + o.key_file + " is not a PEM private key (no '-----BEGIN ... PRIVATE KEY-----' line)");
   return text;
 }
 
@@ -207,9 +212,9 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
     for (auto& url : config.endpoints) any_https = any_https || url.scheme == "https";
   std::string key_pem;
   if (any_https) {
-    if (!o.ca_file.empty()) KILN_RETURN_IF_ERROR(check_pem_file(o.ca_file, "remote.ca_file", "a CA bundle", "-----BEGIN CERTIFICATE-----"));
+    if (!o.ca_file.empty()) KILN_RETURN_IF_ERROR(check_pem_file(o.ca_file, "remote.ca_file", "a PEM bundle of CA certificates"));
     if (!o.cert_file.empty()) {
-      KILN_RETURN_IF_ERROR(check_pem_file(o.cert_file, "remote.cert_file", "a certificate", "-----BEGIN CERTIFICATE-----"));
+      KILN_RETURN_IF_ERROR(check_pem_file(o.cert_file, "remote.cert_file", "a PEM certificate"));
       KILN_ASSIGN_OR_RETURN(key_pem, client_key(o));
     } else if (!o.key_file.empty()) {
       return invalid_argument("remote.key_file is set without remote.cert_file: a key alone identifies no one; set both");

@@ -169,10 +169,25 @@ class HttpEndpoint final : public RemoteEndpoint {
     return unavailable(label() + ": " + method + " " + object_path(name) + " answered HTTP " + std::to_string(status) + hint);
   }
 
+  // The proxy libcurl takes from the environment for this scheme, as "NAME=value", or "" (it
+  // skips it for the hosts NO_PROXY lists; this does not look).
+  std::string proxy_variable() const {
+    std::vector<const char*> names{"http_proxy"};  // libcurl reads no HTTP_PROXY: a CGI's request could set it
+    if (m_url.scheme == "https") names = {"https_proxy", "HTTPS_PROXY"};
+    names.insert(names.end(), {"all_proxy", "ALL_PROXY"});
+    for (const char* name : names)
+      if (const char* v = std::getenv(name); v && *v) return std::string(name) + "=" + v;
+    return "";
+  }
+
   // What went wrong with a transfer libcurl ended, and what to do about it.
   std::string explain(CURLcode rc, const Connection& c) const {
     std::string what = c.error[0] ? std::string(c.error) : m_api->curl_easy_strerror(rc);
     auto has = [&](const char* s) { return what.find(s) != std::string::npos; };
+    std::string proxy = proxy_variable();
+    if (!proxy.empty() && (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_PROXY || rc == CURLE_RECV_ERROR ||
+                           rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_GOT_NOTHING || has("CONNECT") || has("roxy")))
+      return what + " (through the proxy " + proxy + ": is it up? A host that should be reached directly goes in NO_PROXY)";
     switch (rc) {
       case CURLE_PEER_FAILED_VERIFICATION:
       case CURLE_SSL_CACERT_BADFILE:
@@ -189,13 +204,11 @@ class HttpEndpoint final : public RemoteEndpoint {
                       "remote.key_file name PEM files of one pair)";
       case CURLE_SSL_CONNECT_ERROR:
         return what + " (the TLS handshake failed: is this an https:// server, and does it take this node's certificate?)";
-      case CURLE_COULDNT_RESOLVE_PROXY:
-        return what + " (the proxy comes from HTTPS_PROXY/https_proxy or http_proxy; hosts in NO_PROXY are reached directly)";
       case CURLE_COULDNT_CONNECT:
         return "cannot connect: " + what;
+      case CURLE_OPERATION_TIMEDOUT:
+        return "timed out: " + what + " (remote.connect_timeout bounds the connection and its TLS handshake, remote.timeout each silence)";
       default:
-        if (has("CONNECT") || has("proxy") || has("Proxy"))
-          return what + " (through the proxy from HTTPS_PROXY/https_proxy or http_proxy; hosts in NO_PROXY are reached directly)";
         return what;
     }
   }
