@@ -21,18 +21,20 @@ Result<const CurlApi*> curl_api() {
     void* lib = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char* why = ::dlerror();
-      status = unavailable("cannot load libcurl (" + std::string(why ? why : name + ": not found") +
-                           "): HTTP tiers need it; install libcurl4 (apt-get install libcurl4), or set KILN_CURL_LIBRARY");
+      status =
+          unavailable("cannot load libcurl (" + std::string(why ? why : name + ": not found") +
+                      "): HTTP tiers need it; install libcurl4 (apt-get install libcurl4), or set KILN_CURL_LIBRARY");
       return;
     }
-#define KILN_CURL(sym)                                                          \
-  table.sym = reinterpret_cast<decltype(table.sym)>(::dlsym(lib, #sym));        \
+#define KILN_CURL(sym)                                                   \
+  table.sym = reinterpret_cast<decltype(table.sym)>(::dlsym(lib, #sym)); \
   if (!table.sym && status.ok()) status = unavailable(name + " has no " #sym ": kiln needs libcurl 7.85 or newer");
 #include "cache/curl_symbols.def"
 #undef KILN_CURL
     if (!status.ok()) return;
     const curl_version_info_data* v = table.curl_version_info(CURLVERSION_NOW);
-    table.version = std::string("libcurl/") + (v && v->version ? v->version : "?") + (v && v->ssl_version ? std::string(" ") + v->ssl_version : "");
+    table.version = std::string("libcurl/") + (v && v->version ? v->version : "?") +
+                    (v && v->ssl_version ? std::string(" ") + v->ssl_version : "");
     if (!v || v->version_num < 0x075500) {
       status = unavailable(name + " is " + table.version + ": kiln needs libcurl 7.85 or newer");
       return;

@@ -1,4 +1,4 @@
-// HTTPS tiers against a real nginx on 127.0.0.1 serving TLS (and HTTP/2) with certificates
+// HTTPS tiers against a real nginx on 127.0.0.1 serving TLS (offering HTTP/2) with certificates
 // that openssl makes for each test: a CA this node is told to trust, another it is not, an
 // expired certificate, one issued for another name, client certificates. Faults come from the
 // TCP proxy of tests/servers.h between kiln and nginx. Nothing here is mocked.
@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -22,11 +23,13 @@ using kiln::testing::TempDir;
 using kiln::testing::TestCa;
 using Clock = std::chrono::steady_clock;
 
-#define REQUIRE_TLS_NGINX()                                                                                              \
+#define REQUIRE_TLS_NGINX()                                                                                            \
   if (NginxServer::binary().empty()) GTEST_SKIP() << "nginx with WebDAV is not installed (scripts/setup installs it)"; \
   if (kiln::testing::openssl_binary().empty()) GTEST_SKIP() << "openssl is not installed (scripts/setup installs it)"
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 std::string bytes(size_t n, uint32_t seed) {
   std::string out(n, '\0');
@@ -53,8 +56,12 @@ class RemoteTlsTest : public ::testing::Test {
  protected:
   RemoteTlsTest() : m_ca(m_ca_dir.path()) {}
 
-  // nginx serving TLS with a certificate `m_ca` issued for 127.0.0.1 (or as `issued` says).
-  std::unique_ptr<NginxServer> https_server(testing::NginxOptions o = {}) {
+  // nginx serving TLS with a certificate `m_ca` issued for 127.0.0.1, unless `adjust` sets
+  // another (a lambda rather than designated initializers, which draw GCC 12's
+  // -Wmissing-field-initializers).
+  std::unique_ptr<NginxServer> https_server(const std::function<void(testing::NginxOptions&)>& adjust = {}) {
+    testing::NginxOptions o;
+    if (adjust) adjust(o);
     if (o.tls_cert.empty()) {
       auto cert = m_ca.issue("server", "IP:127.0.0.1,DNS:localhost");
       o.tls_cert = cert.cert;
@@ -93,7 +100,7 @@ class RemoteTlsTest : public ::testing::Test {
   std::vector<std::string> m_reports;
 };
 
-TEST_F(RemoteTlsTest, HttpsPublishesAndFetchesOverHttp2OnKeptConnections) {
+TEST_F(RemoteTlsTest, HttpsPublishesAndFetchesOnKeptConnections) {
   REQUIRE_TLS_NGINX();
   auto nginx = https_server();
   FaultProxy counting(nginx->port());  // passes TLS through, counting connections
@@ -116,12 +123,12 @@ TEST_F(RemoteTlsTest, HttpsPublishesAndFetchesOverHttp2OnKeptConnections) {
   for (auto& line : served) {
     auto f = fields(line);  // method, uri, status, connection, protocol
     ASSERT_EQ(f.size(), 5u) << line;
-    EXPECT_EQ(f[4], "HTTP/2.0") << line;
+    EXPECT_EQ(f[4], "HTTP/1.1") << line;  // chosen over HTTP/2 (cache/remote_http.cpp's tuning)
     connections.insert(f[3]);
   }
   EXPECT_LE(connections.size(), 2u);
   // The object is where a plain-HTTP node of the same layout would find it.
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::stat((nginx->store() + "/kiln/" + object_name(RemoteObject::kArtifact, key)).c_str(), &st), 0);
 }
 
@@ -137,11 +144,14 @@ TEST_F(RemoteTlsTest, AnUntrustedAnExpiredOrAMisnamedCertificateIsRefusedWithThe
     testing::TestCa::Issued cert;
     const char* says;
   };
-  for (const Case& c : {Case{"another CA", foreign, "not signed by a CA this node trusts"},
-                        Case{"expired", expired, "has expired"},
-                        Case{"issued for another name", misnamed, "not issued for 127.0.0.1"}}) {
+  for (const Case& c :
+       {Case{"another CA", foreign, "not signed by a CA this node trusts"}, Case{"expired", expired, "has expired"},
+        Case{"issued for another name", misnamed, "not issued for 127.0.0.1"}}) {
     m_reports.clear();
-    auto nginx = https_server({.tls_cert = c.cert.cert, .tls_key = c.cert.key});
+    auto nginx = https_server([&](testing::NginxOptions& o) {
+      o.tls_cert = c.cert.cert;
+      o.tls_key = c.cert.key;
+    });
     auto t = tiers(options(nginx->url()));
     EXPECT_EQ(fetch(*t, xxh3_128("k")), "") << c.what;
     t->publish({{RemoteObject::kArtifact, xxh3_128("k"), "never sent"}});
@@ -165,7 +175,7 @@ TEST_F(RemoteTlsTest, AnUntrustedAnExpiredOrAMisnamedCertificateIsRefusedWithThe
 
 TEST_F(RemoteTlsTest, AClientCertificateIsShownWhenTheServerAsksForOne) {
   REQUIRE_TLS_NGINX();
-  auto nginx = https_server({.client_ca = m_ca.ca_pem()});
+  auto nginx = https_server([&](testing::NginxOptions& o) { o.client_ca = m_ca.ca_pem(); });
   auto client = m_ca.issue("node-1", "DNS:node-1", 2, /*client=*/true);
   Hash128 key = xxh3_128("mutual");
   auto without = tiers(options(nginx->url()));
@@ -197,11 +207,12 @@ TEST_F(RemoteTlsTest, BadTlsSettingsNameTheFileAndWhatIsWrong) {
     std::string ca, cert, key;
     std::string says;
   };
-  for (const Case& c : {Case{m_dir / "missing.pem", "", "", "remote.ca_file: cannot read " + m_dir / "missing.pem"},
-                        Case{m_dir / "not-pem", "", "", "remote.ca_file: " + m_dir / "not-pem" + " is not a PEM bundle"},
-                        Case{m_ca.ca_pem(), client.cert, "", "holds no private key: name the key's file in remote.key_file"},
-                        Case{m_ca.ca_pem(), client.cert, client.cert, "is not a PEM private key"},
-                        Case{m_ca.ca_pem(), "", client.key, "without remote.cert_file"}}) {
+  for (const Case& c :
+       {Case{m_dir / "missing.pem", "", "", "remote.ca_file: cannot read " + m_dir / "missing.pem"},
+        Case{m_dir / "not-pem", "", "", "remote.ca_file: " + m_dir / "not-pem" + " is not a PEM bundle"},
+        Case{m_ca.ca_pem(), client.cert, "", "holds no private key: name the key's file in remote.key_file"},
+        Case{m_ca.ca_pem(), client.cert, client.cert, "is not a PEM private key"},
+        Case{m_ca.ca_pem(), "", client.key, "without remote.cert_file"}}) {
     auto o = options("https://127.0.0.1:1/kiln");
     o.ca_file = c.ca;
     o.cert_file = c.cert;
@@ -220,7 +231,11 @@ TEST_F(RemoteTlsTest, BadTlsSettingsNameTheFileAndWhatIsWrong) {
 TEST_F(RemoteTlsTest, ARejectedTokenIsOneRequestAndOneWarningNotARetryStorm) {
   REQUIRE_TLS_NGINX();
   auto cert = m_ca.issue("server", "IP:127.0.0.1");
-  auto nginx = https_server({.bearer_token = "right", .tls_cert = cert.cert, .tls_key = cert.key});
+  auto nginx = https_server([&](testing::NginxOptions& o) {
+    o.bearer_token = "right";
+    o.tls_cert = cert.cert;
+    o.tls_key = cert.key;
+  });
   m_dir.write("token", "wrong\n");
   ::chmod((m_dir / "token").c_str(), 0600);
   auto t = tiers(options(nginx->url() + "|token-file=" + m_dir / "token"));
@@ -246,12 +261,13 @@ TEST_F(RemoteTlsTest, AHangingTlsServerCostsOneBoundedTimeoutThenTheBreaker) {
   FaultProxy in_handshake(nginx->port()), upstream(nginx->port());
   in_handshake.set(FaultProxy::Fault::kSilent);
   upstream.set(FaultProxy::Fault::kSilent);
-  auto after_handshake = https_server({.proxy_to = upstream.port()});
+  auto after_handshake = https_server([&](testing::NginxOptions& o) { o.proxy_to = upstream.port(); });
   struct Case {
     const char* what;
     std::string url;
   };
-  for (const Case& c : {Case{"in the handshake", in_handshake.url("https", "/kiln")}, Case{"after the handshake", after_handshake->url()}}) {
+  for (const Case& c : {Case{"in the handshake", in_handshake.url("https", "/kiln")},
+                        Case{"after the handshake", after_handshake->url()}}) {
     m_reports.clear();
     auto t = tiers(options(c.url));
     auto start = Clock::now();

@@ -22,10 +22,13 @@ using testing::TempDir;
 
 constexpr const char* k_uid = "65534";  // nobody
 
-std::string setpriv() { return testing::find_program("setpriv", {"/usr/bin/setpriv"}); }
+std::string setpriv() {
+  return testing::find_program("setpriv", {"/usr/bin/setpriv"});
+}
 
-#define REQUIRE_ANOTHER_UID()                                                                                           \
-  if (::geteuid() != 0) GTEST_SKIP() << "running kiln under another uid needs root (tests run as uid " << ::geteuid() << ")"; \
+#define REQUIRE_ANOTHER_UID()                                                                             \
+  if (::geteuid() != 0)                                                                                   \
+    GTEST_SKIP() << "running kiln under another uid needs root (tests run as uid " << ::geteuid() << ")"; \
   if (setpriv().empty()) GTEST_SKIP() << "setpriv (util-linux) is not installed"
 
 size_t count(const std::string& text, const std::string& what) {
@@ -57,8 +60,8 @@ class OptionalFilesTest : public ::testing::Test {
   }
   // kiln ARGS as uid nobody, with HOME set and the XDG folders unset.
   testing::ProcessResult kiln(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-    std::vector<std::string> argv{setpriv(), "--reuid=" + std::string(k_uid), "--regid=" + std::string(k_uid), "--clear-groups",
-                                  testing::kiln_binary()};
+    std::vector<std::string> argv{setpriv(), "--reuid=" + std::string(k_uid), "--regid=" + std::string(k_uid),
+                                  "--clear-groups", testing::kiln_binary()};
     argv.insert(argv.end(), args.begin(), args.end());
     env.emplace("HOME", m_home.path());
     env.emplace("XDG_CONFIG_HOME", "");
@@ -79,7 +82,9 @@ TEST_F(OptionalFilesTest, AConfigFileInAHomeThisUidCannotReadIsOneWarningAndTheO
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json_field(r.out, "source"), "compiled") << r.out;
   EXPECT_EQ(count(r.err, "kiln: warning:"), 1u) << r.err;
-  EXPECT_NE(r.err.find("cannot read the config file " + config + ": Permission denied; going on without it"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cannot read the config file " + config + ": Permission denied; going on without it"),
+            std::string::npos)
+      << r.err;
   // The cache it was given works: the second run hits.
   auto again = kiln({"--cache-dir", m_cache.path(), "build", spec(), "--json"});
   EXPECT_EQ(json_field(again.out, "source"), "disk") << again.out << again.err;
@@ -87,7 +92,8 @@ TEST_F(OptionalFilesTest, AConfigFileInAHomeThisUidCannotReadIsOneWarningAndTheO
   auto shown = kiln({"config", "--json"});
   EXPECT_EQ(shown.exit_code, 0) << shown.err;
   EXPECT_NE(shown.out.find("\"warnings\":[\"cannot read the config file " + config), std::string::npos) << shown.out;
-  EXPECT_NE(shown.out.find("{\"name\":\"max_size\",\"value\":\"5G\",\"origin\":\"default\""), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("{\"name\":\"max_size\",\"value\":\"5G\",\"origin\":\"default\""), std::string::npos)
+      << shown.out;
   // With no cache folder of its own either ($HOME/.cache), it says that once more and still runs.
   auto homeless = kiln({"run", "variant0", "--spec-dir", m_specs.path(), "--json"});
   EXPECT_EQ(homeless.exit_code, 0) << homeless.err;
@@ -95,9 +101,11 @@ TEST_F(OptionalFilesTest, AConfigFileInAHomeThisUidCannotReadIsOneWarningAndTheO
   EXPECT_EQ(count(homeless.err, "kiln: warning:"), 2u) << homeless.err;
   EXPECT_NE(homeless.err.find("set KILN_CACHE_DIR or --cache-dir"), std::string::npos) << homeless.err;
   // A system file it cannot read is passed over the same way.
-  auto system = kiln({"--cache-dir", m_cache.path(), "build", spec()}, {{"KILN_SYSTEM_CONFIG", m_private / "root-only.toml"}});
+  auto system =
+      kiln({"--cache-dir", m_cache.path(), "build", spec()}, {{"KILN_SYSTEM_CONFIG", m_private / "root-only.toml"}});
   EXPECT_EQ(system.exit_code, 0) << system.err;
-  EXPECT_NE(system.err.find("cannot read the config file " + m_private / "root-only.toml"), std::string::npos) << system.err;
+  EXPECT_NE(system.err.find("cannot read the config file " + m_private / "root-only.toml"), std::string::npos)
+      << system.err;
 }
 
 TEST_F(OptionalFilesTest, AConfigFileTheUserNamedAndThisUidCannotReadIsAnError) {
@@ -105,8 +113,9 @@ TEST_F(OptionalFilesTest, AConfigFileTheUserNamedAndThisUidCannotReadIsAnError) 
   std::string file = m_private / "root-only.toml";
   auto by_env = kiln({"--cache-dir", m_cache.path(), "build", spec()}, {{"KILN_CONFIG", file}});
   EXPECT_EQ(by_env.exit_code, 1);
-  EXPECT_NE(by_env.err.find("kiln: error: cannot read the config file " + file + " named by KILN_CONFIG: Permission denied"),
-            std::string::npos)
+  EXPECT_NE(
+      by_env.err.find("kiln: error: cannot read the config file " + file + " named by KILN_CONFIG: Permission denied"),
+      std::string::npos)
       << by_env.err;
   auto by_flag = kiln({"--config", file, "--cache-dir", m_cache.path(), "build", spec()});
   EXPECT_EQ(by_flag.exit_code, 1);
@@ -116,7 +125,8 @@ TEST_F(OptionalFilesTest, AConfigFileTheUserNamedAndThisUidCannotReadIsAnError) 
   ::chmod((m_private / "mine.toml").c_str(), 0644);
   auto good = kiln({"--config", m_private / "mine.toml", "config", "--json"}, {{"KILN_CONFIG", file}});
   EXPECT_EQ(good.exit_code, 0) << good.err;
-  EXPECT_NE(good.out.find("\"value\":\"3G\",\"origin\":\"" + m_private / "mine.toml:1:12\""), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("\"value\":\"3G\",\"origin\":\"" + m_private / "mine.toml:1:12\""), std::string::npos)
+      << good.out;
 }
 
 TEST_F(OptionalFilesTest, AnotherUsersFilesInASharedCacheFolderAreWarningsNotFailures) {
@@ -129,22 +139,25 @@ TEST_F(OptionalFilesTest, AnotherUsersFilesInASharedCacheFolderAreWarningsNotFai
   // The cluster secret, configured but root's: the remote tier is off, the op runs.
   m_private.write("secret", "s3cret\n");
   ::chmod((m_private / "secret").c_str(), 0600);
-  auto r = kiln({"--cache-dir", m_cache.path(), "--remote", "http://127.0.0.1:" + std::to_string(testing::free_port()) + "/kiln", "build",
-                 spec(), "--json"},
+  auto r = kiln({"--cache-dir", m_cache.path(), "--remote",
+                 "http://127.0.0.1:" + std::to_string(testing::free_port()) + "/kiln", "build", spec(), "--json"},
                 {{"KILN_REMOTE_SECRET_FILE", m_private / "secret"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json_field(r.out, "source"), "compiled") << r.out;
   EXPECT_NE(r.err.find("cannot read the file memo " + m_cache / "file-memo"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("cannot read the usage journal " + m_cache / "usage.folding."), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("remote cache tiers are off: open the secret file " + m_private / "secret" + ": Permission denied"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("remote cache tiers are off: open the secret file " + m_private / "secret" + ": Permission denied"),
+      std::string::npos)
       << r.err;
   EXPECT_EQ(count(r.err, "kiln: warning:"), 4u) << r.err;  // those three and the config file in $HOME
   // The journal it could not read is left for its owner, not deleted.
   int kept = 0;
   for (auto& e : std::filesystem::directory_iterator(m_cache.path())) {
-    struct stat st{};
-    if (e.path().filename().string().rfind("usage.folding.", 0) == 0 && ::stat(e.path().c_str(), &st) == 0 && st.st_uid == 0) ++kept;
+    struct stat st {};
+    if (e.path().filename().string().rfind("usage.folding.", 0) == 0 && ::stat(e.path().c_str(), &st) == 0 &&
+        st.st_uid == 0)
+      ++kept;
   }
   EXPECT_EQ(kept, 1);
 }

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <regex>
 
@@ -22,7 +23,7 @@ using testing::TempDir;
 using testing::TestCa;
 using Clock = std::chrono::steady_clock;
 
-#define REQUIRE_TLS_NGINX()                                                                                              \
+#define REQUIRE_TLS_NGINX()                                                                                            \
   if (NginxServer::binary().empty()) GTEST_SKIP() << "nginx with WebDAV is not installed (scripts/setup installs it)"; \
   if (testing::openssl_binary().empty()) GTEST_SKIP() << "openssl is not installed (scripts/setup installs it)"
 
@@ -41,7 +42,12 @@ size_t count(const std::string& text, const std::string& what) {
 class RemoteTlsCliTest : public ::testing::Test {
  protected:
   RemoteTlsCliTest() : m_ca(m_ca_dir.path()) { testing::write_variant_specs(m_specs.path(), 4); }
-  std::unique_ptr<NginxServer> https_server(testing::NginxOptions o = {}) {
+  // nginx serving TLS with a certificate `m_ca` issued for 127.0.0.1, unless `adjust` sets
+  // another (a lambda rather than designated initializers, which draw GCC 12's
+  // -Wmissing-field-initializers).
+  std::unique_ptr<NginxServer> https_server(const std::function<void(testing::NginxOptions&)>& adjust = {}) {
+    testing::NginxOptions o;
+    if (adjust) adjust(o);
     if (o.tls_cert.empty()) {
       auto cert = m_ca.issue("server", "IP:127.0.0.1,DNS:localhost");
       o.tls_cert = cert.cert;
@@ -98,13 +104,17 @@ TEST_F(RemoteTlsCliTest, AServerThisNodeCannotTrustIsOneWarningAndTheOpCompilesH
     testing::TestCa::Issued cert;
     const char* says;
   };
-  for (const Case& c : {Case{"another CA", foreign, "not signed by a CA this node trusts"}, Case{"expired", expired, "has expired"},
-                        Case{"another name", misnamed, "is not issued for 127.0.0.1"}}) {
-    auto nginx = https_server({.tls_cert = c.cert.cert, .tls_key = c.cert.key});
+  for (const Case& c :
+       {Case{"another CA", foreign, "not signed by a CA this node trusts"}, Case{"expired", expired, "has expired"},
+        Case{"another name", misnamed, "is not issued for 127.0.0.1"}}) {
+    auto nginx = https_server([&](testing::NginxOptions& o) {
+      o.tls_cert = c.cert.cert;
+      o.tls_key = c.cert.key;
+    });
     // warm: four ops, so four misses ask the tier; the breaker keeps it to one attempt.
     m_dirs.push_back(std::make_unique<TempDir>());
-    auto r = run_process({testing::kiln_binary(), "--cache-dir", m_dirs.back()->path(), "--remote", nginx->url(), "warm", "--spec-dir",
-                          m_specs.path(), "-j", "1", "--json"},
+    auto r = run_process({testing::kiln_binary(), "--cache-dir", m_dirs.back()->path(), "--remote", nginx->url(),
+                          "warm", "--spec-dir", m_specs.path(), "-j", "1", "--json"},
                          {{"KILN_REMOTE_CA_FILE", m_ca.ca_pem()}});
     ASSERT_EQ(r.exit_code, 0) << c.what << ": " << r.err;
     EXPECT_EQ(count(r.out, "\"source\":\"compiled\""), 4u) << c.what << ": " << r.out;
@@ -120,12 +130,13 @@ TEST_F(RemoteTlsCliTest, AHangingHttpsServerCostsOneBoundedTimeoutPerProcess) {
   auto nginx = https_server();
   FaultProxy silent(nginx->port());
   silent.set(FaultProxy::Fault::kSilent);
-  auto hanging = https_server({.proxy_to = silent.port()});  // the handshake done, then nothing
+  auto hanging =
+      https_server([&](testing::NginxOptions& o) { o.proxy_to = silent.port(); });  // the handshake done, then nothing
   m_dirs.push_back(std::make_unique<TempDir>());
   std::string cache = m_dirs.back()->path();
   auto start = Clock::now();
-  auto r = run_process({testing::kiln_binary(), "--cache-dir", cache, "--remote", hanging->url(), "warm", "--spec-dir", m_specs.path(),
-                        "-j", "1", "--json"},
+  auto r = run_process({testing::kiln_binary(), "--cache-dir", cache, "--remote", hanging->url(), "warm", "--spec-dir",
+                        m_specs.path(), "-j", "1", "--json"},
                        {{"KILN_REMOTE_CA_FILE", m_ca.ca_pem()}, {"KILN_REMOTE_TIMEOUT", "0.5"}});
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -159,7 +170,8 @@ TEST_F(RemoteTlsCliTest, HttpsProxyAndNoProxyFromTheEnvironmentAreHonoured) {
   EXPECT_EQ(json_field(direct.out, "source"), "remote") << direct.out << direct.err;
   EXPECT_EQ(counting.connections(), before) << "NO_PROXY was not honoured";
   // A proxy that is not there: one warning that names the proxy variables, and the op runs.
-  auto dead = build(nginx->url(), 2, {{"HTTPS_PROXY", "http://127.0.0.1:" + std::to_string(testing::free_port())}, {"NO_PROXY", ""}});
+  auto dead = build(nginx->url(), 2,
+                    {{"HTTPS_PROXY", "http://127.0.0.1:" + std::to_string(testing::free_port())}, {"NO_PROXY", ""}});
   EXPECT_EQ(dead.exit_code, 0) << dead.err;
   EXPECT_EQ(json_field(dead.out, "source"), "compiled") << dead.out;
   EXPECT_EQ(count(dead.err, "kiln: warning:"), 1u) << dead.err;
@@ -169,14 +181,19 @@ TEST_F(RemoteTlsCliTest, HttpsProxyAndNoProxyFromTheEnvironmentAreHonoured) {
 TEST_F(RemoteTlsCliTest, ARejectedTokenIsOneWarningAndOneRequestPerProcess) {
   REQUIRE_TLS_NGINX();
   auto cert = m_ca.issue("server", "IP:127.0.0.1");
-  auto nginx = https_server({.bearer_token = "right", .tls_cert = cert.cert, .tls_key = cert.key});
+  auto nginx = https_server([&](testing::NginxOptions& o) {
+    o.bearer_token = "right";
+    o.tls_cert = cert.cert;
+    o.tls_key = cert.key;
+  });
   TempDir secrets;
   secrets.write("token", "wrong\n");
   ::chmod((secrets / "token").c_str(), 0600);
   m_dirs.push_back(std::make_unique<TempDir>());
-  auto r = run_process({testing::kiln_binary(), "--cache-dir", m_dirs.back()->path(), "--remote", nginx->url() + "|token-file=" + secrets / "token",
-                        "warm", "--spec-dir", m_specs.path(), "-j", "1", "--json"},
-                       {{"KILN_REMOTE_CA_FILE", m_ca.ca_pem()}});
+  auto r = run_process(
+      {testing::kiln_binary(), "--cache-dir", m_dirs.back()->path(), "--remote",
+       nginx->url() + "|token-file=" + secrets / "token", "warm", "--spec-dir", m_specs.path(), "-j", "1", "--json"},
+      {{"KILN_REMOTE_CA_FILE", m_ca.ca_pem()}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(count(r.out, "\"source\":\"compiled\""), 4u) << r.out;
   EXPECT_EQ(count(r.err, "kiln: warning:"), 1u) << r.err;
