@@ -171,15 +171,17 @@ std::vector<ProcessResult> run_processes(const std::vector<std::vector<std::stri
 
 std::string RedisServer::binary() { return find_program("redis-server", {"/usr/bin/redis-server"}); }
 
-RedisServer::RedisServer(const std::string& dir) : m_dir(dir), m_port(free_port()) { start(); }
+RedisServer::RedisServer(const std::string& dir, RedisTls tls) : m_dir(dir), m_port(free_port()), m_tls(std::move(tls)) { start(); }
 
 RedisServer::~RedisServer() { m_process.reset(); }
 
 void RedisServer::start() {
-  m_process = std::make_unique<ChildProcess>(
-      std::vector<std::string>{binary(), "--port", std::to_string(m_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                               "--dir", m_dir, "--daemonize", "no"},
-      std::map<std::string, std::string>{}, m_dir + "/redis.out", m_dir + "/redis.err");
+  std::vector<std::string> argv{binary(), "--port", std::to_string(m_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                "--dir", m_dir, "--daemonize", "no"};
+  if (!m_tls.cert.empty())  // TLS on the port, no plain port, no client certificates asked for
+    argv = {binary(), "--port", "0", "--tls-port", std::to_string(m_port), "--tls-cert-file", m_tls.cert, "--tls-key-file", m_tls.key,
+            "--tls-auth-clients", "no", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", m_dir, "--daemonize", "no"};
+  m_process = std::make_unique<ChildProcess>(argv, std::map<std::string, std::string>{}, m_dir + "/redis.out", m_dir + "/redis.err");
   if (!wait_for_port(m_port)) throw std::runtime_error("redis-server did not start on port " + std::to_string(m_port));
 }
 
@@ -303,6 +305,23 @@ TinyProxy::TinyProxy(const std::string& dir) : m_dir(dir), m_port(free_port()) {
 }
 
 TinyProxy::~TinyProxy() { m_process.reset(); }
+
+// ---- stunnel
+
+std::string StunnelClient::binary() { return find_program("stunnel", {"/usr/bin/stunnel", "/usr/bin/stunnel4"}); }
+
+StunnelClient::StunnelClient(const std::string& dir, int server_port, const std::string& ca_file) : m_dir(dir), m_port(free_port()) {
+  std::ofstream(m_dir + "/stunnel.conf") << "foreground = yes\npid =\noutput = " << m_dir << "/stunnel.log\n[redis]\nclient = yes\n"
+                                         << "accept = 127.0.0.1:" << m_port << "\nconnect = 127.0.0.1:" << server_port
+                                         << "\nCAfile = " << ca_file << "\nverifyChain = yes\ncheckIP = 127.0.0.1\n";
+  m_process = std::make_unique<ChildProcess>(std::vector<std::string>{binary(), m_dir + "/stunnel.conf"}, std::map<std::string, std::string>{},
+                                             m_dir + "/stunnel.out", m_dir + "/stunnel.err");
+  if (!wait_for_port(m_port))
+    throw std::runtime_error("stunnel did not start on port " + std::to_string(m_port) + ": " + read_text(m_dir + "/stunnel.err") +
+                             read_text(m_dir + "/stunnel.log"));
+}
+
+StunnelClient::~StunnelClient() { m_process.reset(); }
 
 // ---- the proxy
 

@@ -50,17 +50,38 @@ std::vector<ProcessResult> run_processes(const std::vector<std::vector<std::stri
 // Where a server binary is, or "" (then the test skips and says to run scripts/setup).
 std::string find_program(const std::string& name, const std::vector<std::string>& also = {});
 
+struct RedisTls {
+  std::string cert, key;  // non-empty: the port speaks TLS only, with this certificate
+};
+
 class RedisServer {
  public:
   static std::string binary();  // "" when redis-server is not installed
   // Starts on a free port, persisting nothing to disk.
-  explicit RedisServer(const std::string& dir);
+  explicit RedisServer(const std::string& dir, RedisTls tls = {});
   ~RedisServer();
   int port() const { return m_port; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(m_port); }
   // SIGKILL, as a crash or an OOM kill would; then start() again on the same port (empty).
   void kill();
   void start();
+
+ private:
+  std::string m_dir;
+  int m_port;
+  RedisTls m_tls;
+  std::unique_ptr<ChildProcess> m_process;
+};
+
+// stunnel in client mode: accepts plain connections on a free port of 127.0.0.1 and carries
+// them over TLS to 127.0.0.1:`server_port`, checking the server's certificate against `ca_file`
+// and its address: the local TLS tunnel the README advises for a TLS Redis.
+class StunnelClient {
+ public:
+  static std::string binary();  // "" when stunnel is not installed
+  StunnelClient(const std::string& dir, int server_port, const std::string& ca_file);
+  ~StunnelClient();
+  int port() const { return m_port; }
 
  private:
   std::string m_dir;

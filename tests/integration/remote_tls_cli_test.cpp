@@ -212,5 +212,34 @@ TEST_F(RemoteTlsCliTest, WithoutLibcurlAnHttpsTierIsOneWarningAndTheOpCompilesHe
   EXPECT_NE(r.err.find("apt-get install libcurl4"), std::string::npos) << r.err;
 }
 
+TEST_F(RemoteTlsCliTest, ATlsRedisIsReachedThroughALocalStunnelAndRedissSaysHow) {
+  REQUIRE_TLS_NGINX();
+  if (testing::RedisServer::binary().empty()) GTEST_SKIP() << "redis-server is not installed (scripts/setup installs it)";
+  if (testing::StunnelClient::binary().empty()) GTEST_SKIP() << "stunnel is not installed (scripts/setup installs stunnel4)";
+  auto cert = m_ca.issue("redis", "IP:127.0.0.1");
+  TempDir redis_dir, tunnel_dir;
+  testing::RedisServer redis(redis_dir.path(), {cert.cert, cert.key});
+  std::string rediss = "rediss://127.0.0.1:" + std::to_string(redis.port());
+  // rediss:// itself: a tier this kiln cannot speak, refused before anything runs (as any tier
+  // list that does not parse), with the reason and the way round it.
+  auto refused = build(rediss, 0);
+  EXPECT_EQ(refused.exit_code, 1) << refused.err;
+  EXPECT_NE(refused.err.find("hiredis (0.14) has none"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("local TLS tunnel"), std::string::npos) << refused.err;
+  // Plain redis:// to the TLS port is no substitute: one warning, and the op runs.
+  auto plain = build("redis://127.0.0.1:" + std::to_string(redis.port()), 0);
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(count(plain.err, "kiln: warning:"), 1u) << plain.err;
+  // Through the tunnel (README: "The shared cluster cache"): one node publishes, another hits.
+  testing::StunnelClient tunnel(tunnel_dir.path(), redis.port(), m_ca.ca_pem());
+  std::string through = "redis://127.0.0.1:" + std::to_string(tunnel.port());
+  auto first = build(through, 1);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(first.err, "");
+  EXPECT_EQ(json_field(first.out, "source"), "compiled") << first.out;
+  auto second = build(through, 1);
+  EXPECT_EQ(json_field(second.out, "source"), "remote") << second.out << second.err;
+}
+
 }  // namespace
 }  // namespace kiln
