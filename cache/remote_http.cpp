@@ -229,6 +229,10 @@ class HttpEndpoint final : public RemoteEndpoint {
       case CURLE_SSL_CONNECT_ERROR:
         return what +
                " (the TLS handshake failed: is this an https:// server, and does it take this node's certificate?)";
+      case CURLE_UNSUPPORTED_PROTOCOL:
+        return what + (m_url.scheme == "https" ? " (the server redirected to http://: an https:// tier never follows a redirect "
+                                                 "out of TLS; fix the server, or name the place it redirects to)"
+                                               : " (the server redirected to a scheme kiln does not speak)");
       case CURLE_COULDNT_CONNECT:
         return "cannot connect: " + what;
       case CURLE_OPERATION_TIMEDOUT:

@@ -267,7 +267,8 @@ NginxServer::NginxServer(const std::string& dir, NginxOptions options) : m_dir(d
                                         << "/uwsgi;\n  scgi_temp_path " << m_dir << "/scgi;\n  client_max_body_size 0;\n"
                                         << "  server {\n    listen " << listen << "\n    root " << m_dir << "/store;\n"
                                         << "    location / {\n"
-                                        << (options.proxy_to ? "      proxy_pass http://127.0.0.1:" + std::to_string(options.proxy_to) +
+                                        << (!options.redirect_to.empty() ? "      return 308 " + options.redirect_to + "$request_uri;\n"
+                                            : options.proxy_to ? "      proxy_pass http://127.0.0.1:" + std::to_string(options.proxy_to) +
                                                                    ";\n      proxy_read_timeout 600s;\n"
                                                              : "      dav_methods PUT DELETE;\n      create_full_put_path on;\n"
                                                                "      dav_access user:rw;\n")

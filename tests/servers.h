@@ -115,6 +115,7 @@ struct NginxOptions {
   std::string tls_cert, tls_key;           // non-empty: https (and HTTP/2) with this certificate
   std::string client_ca;                   // non-empty: clients must show a certificate this CA signed
   int proxy_to = 0;  // non-zero: pass every request to http://127.0.0.1:proxy_to instead of serving files
+  std::string redirect_to;  // non-empty: answer every request 308 to redirect_to + the request's URI
 };
 
 class NginxServer {

@@ -253,6 +253,30 @@ TEST_F(RemoteTlsTest, ARejectedTokenIsOneRequestAndOneWarningNotARetryStorm) {
   EXPECT_EQ(by[TierCounter::kSkipped], 24);
 }
 
+TEST_F(RemoteTlsTest, RedirectsAreFollowedButNeverFromHttpsDownToHttp) {
+  REQUIRE_TLS_NGINX();
+  auto target = https_server();
+  auto moved = https_server([&](testing::NginxOptions& o) { o.redirect_to = "https://127.0.0.1:" + std::to_string(target->port()); });
+  Hash128 key = xxh3_128("moved");
+  auto t = tiers(options(moved->url()));
+  t->publish({{RemoteObject::kArtifact, key, "followed"}});  // a 308 keeps the PUT and its body
+  t->drain();
+  EXPECT_EQ(fetch(*t, key), "followed");
+  EXPECT_EQ(counters(*t)[TierCounter::kErrors], 0);
+  struct stat st{};
+  EXPECT_EQ(::stat((target->store() + "/kiln/" + object_name(RemoteObject::kArtifact, key)).c_str(), &st), 0);
+
+  TempDir plain_dir;
+  NginxServer plain(plain_dir.path());
+  auto down = https_server([&](testing::NginxOptions& o) { o.redirect_to = "http://127.0.0.1:" + std::to_string(plain.port()); });
+  m_reports.clear();
+  auto refused = tiers(options(down->url()));
+  EXPECT_EQ(fetch(*refused, key), "");
+  ASSERT_EQ(m_reports.size(), 1u);
+  EXPECT_NE(m_reports[0].find("never follows a redirect out of TLS"), std::string::npos) << m_reports[0];
+  EXPECT_TRUE(plain.requests().empty()) << "a request left TLS";
+}
+
 TEST_F(RemoteTlsTest, AHangingTlsServerCostsOneBoundedTimeoutThenTheBreaker) {
   REQUIRE_TLS_NGINX();
   auto nginx = https_server();
