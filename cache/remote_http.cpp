@@ -174,9 +174,8 @@ class HttpEndpoint final : public RemoteEndpoint {
       hint = " (the server refused the credentials: check the tier's token-file or basic-auth-file" +
              std::string(m_url.scheme == "https" ? ", and remote.cert_file if it asks for a client certificate)" : ")");
     if (status == 400 && m_url.scheme == "https" && !m_options.has_client_certificate)
-      hint =
-          " (a server that asks for a client certificate answers 400 without one: set remote.cert_file and "
-          "remote.key_file)";
+      hint = " (a server that asks for a client certificate answers 400 without one: set remote.cert_file and "
+             "remote.key_file)";
     if (status == 405 || status == 501)
       hint = std::string(" (the server does not take ") + method +
              ": for nginx, dav_methods PUT; create_full_put_path on;)";
@@ -217,15 +216,12 @@ class HttpEndpoint final : public RemoteEndpoint {
         if (rc == CURLE_SSL_CACERT_BADFILE)
           return what + " (the CA bundle " + m_options.ca_file +
                  " cannot be used: remote.ca_file names a PEM file of CA certificates)";
-        return what +
-               " (the server's certificate is not signed by a CA this node trusts: name the CA bundle that signed it "
-               "in "
-               "remote.ca_file or KILN_REMOTE_CA_FILE" +
+        return what + " (the server's certificate is not signed by a CA this node trusts: name the CA bundle that " +
+               "signed it in remote.ca_file or KILN_REMOTE_CA_FILE" +
                (m_options.ca_file.empty() ? "" : ", not " + m_options.ca_file) + ")";
       case CURLE_SSL_CERTPROBLEM:
         return what + " (the client certificate " + m_options.cert_file +
-               " cannot be used with its key: remote.cert_file and "
-               "remote.key_file name PEM files of one pair)";
+               " cannot be used with its key: remote.cert_file and remote.key_file name PEM files of one pair)";
       case CURLE_SSL_CONNECT_ERROR:
         return what +
                " (the TLS handshake failed: is this an https:// server, and does it take this node's certificate?)";
