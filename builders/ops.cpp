@@ -119,6 +119,7 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
   if (!options.cache_dir.empty()) flags[cache::SettingKey::kCacheDir] = options.cache_dir;
   if (options.remote) flags[cache::SettingKey::kRemoteTiers] = *options.remote;
   KILN_ASSIGN_OR_RETURN(ops->m_settings, cache::Settings::load(flags));
+  for (auto& w : ops->m_settings.unsaid_warnings()) ops->warn_once("settings " + w, w);
   // A tier list that does not parse is a mistake to hear about now, not on the first miss.
   KILN_ASSIGN_OR_RETURN(ops->m_tier_configs, cache::parse_tiers(ops->m_settings.get(cache::SettingKey::kRemoteTiers)));
   KILN_ASSIGN_OR_RETURN(double lock_seconds, ops->m_settings.seconds(cache::SettingKey::kLockTimeout));
@@ -139,13 +140,15 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
                                    std::to_string(log_clock_ms() - open_start) + " ms");
   if (store.ok()) {
     ops->m_store = std::move(store).value();
-    FileMemo::instance().attach(ops->m_store->root() + "/file-memo");
+    if (Status memo = FileMemo::instance().attach(ops->m_store->root() + "/file-memo"); !memo.ok())
+      ops->warn_once("file-memo", memo.message());
     ops->m_pchs = std::make_unique<PrecompiledHeaders>(ops->m_store.get());
     ops->m_derived = std::make_unique<StoreDerivedCode>(*ops->m_store);
   } else {
     // A cache that cannot be opened (read-only, not a folder, from a newer kiln) must not
     // stop ops from running: say so once, and compile into memory.
-    ops->warn_once("store-open", "cannot use the kiln cache: " + store.status().message() + "; ops will compile every time");
+    ops->warn_once("store-open", "cannot use the kiln cache " + root + ": " + store.status().message() +
+                                     "; ops will compile every time (set KILN_CACHE_DIR or --cache-dir to a folder this user can write)");
   }
   if (options.accelerator == "none") return ops;  // it only builds
   auto acc = runtime::get_accelerator(options.accelerator);
@@ -279,6 +282,9 @@ cache::RemoteTiers* Ops::remote() {
       if (secret.ok()) o.secret = std::move(secret).value();
       else st = secret.status();
     }
+    o.ca_file = m_settings.get(cache::SettingKey::kCaFile);
+    o.cert_file = m_settings.get(cache::SettingKey::kCertFile);
+    o.key_file = m_settings.get(cache::SettingKey::kKeyFile);
     o.report = [this](const std::string& kind, const std::string& message) { warn_once("remote " + kind, message); };
     if (st.ok()) {
       auto tiers = cache::RemoteTiers::create(std::move(o));

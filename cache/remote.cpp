@@ -7,6 +7,7 @@
 
 #include "cache/hmac.h"
 #include "cache/settings.h"
+#include "support/file_util.h"
 #include "support/log.h"
 
 namespace kiln::cache {
@@ -126,10 +127,10 @@ Result<std::vector<TierConfig>> parse_tiers(std::string_view text) {
                    "password-file=F)");
       }
     }
-    bool http = tier.endpoints.front().scheme == "http";
+    bool http = tier.endpoints.front().scheme != "redis";
     if (http && !tier.password_file.empty()) return bad("password-file is for redis:// tiers (http uses token-file or basic-auth-file)");
     if (!http && (!tier.token_file.empty() || !tier.basic_auth_file.empty()))
-      return bad("token-file and basic-auth-file are for http:// tiers (redis uses password-file)");
+      return bad("token-file and basic-auth-file are for http:// and https:// tiers (redis uses password-file)");
     if (!tier.token_file.empty() && !tier.basic_auth_file.empty()) return bad("give token-file or basic-auth-file, not both");
     tiers.push_back(std::move(tier));
   }
@@ -171,8 +172,54 @@ Result<std::string_view> open_object(RemoteObject type, const Hash128& key, std:
   return payload;
 }
 
+namespace {
+
+// A PEM file named by a setting, read to check it holds what it should: a mistake is heard
+// about with the file's name when the tiers are made, not as a TLS error on the first miss.
+Status check_pem_file(const std::string& path, const char* setting, const char* what) {
+  auto text = read_file(path);
+  if (!text.ok()) return invalid_argument(std::string(setting) + ": cannot read " + path + " (" + text.status().message() + ")");
+  if (text->find("-----BEGIN CERTIFICATE-----") == std::string::npos)
+    return invalid_argument(std::string(setting) + ": " + path + " is not " + what +
+                            " (no '-----BEGIN CERTIFICATE-----' line): give a PEM file");
+  return {};
+}
+
+// The client certificate's key, read as a secret (owner-only, as ssh insists for keys): from
+// key_file, else from the certificate's file when the key is in it (that file is then a
+// secret too).
+Result<std::string> client_key(const RemoteOptions& o) {
+  if (o.key_file.empty()) {
+    auto cert = read_file(o.cert_file);
+    if (!cert.ok() || cert->find("PRIVATE KEY-----") == std::string::npos)
+      return invalid_argument("remote.cert_file " + o.cert_file + " holds no private key: name the key's file in remote.key_file");
+  }
+  const char* setting = o.key_file.empty() ? "remote.cert_file (it holds the key)" : "remote.key_file";
+  auto text = read_secret_file(o.key_file.empty() ? o.cert_file : o.key_file);
+  if (!text.ok()) return invalid_argument(std::string(setting) + ": " + text.status().message());
+  if (text->find("PRIVATE KEY-----") == std::string::npos)
+    return invalid_argument("remote.key_file: " + o.key_file + " is not a PEM private key (no '-----BEGIN ... PRIVATE KEY-----' line)");
+  return text;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) {
   std::unique_ptr<RemoteTiers> self(new RemoteTiers(std::move(options)));
+  const RemoteOptions& o = self->m_options;
+  bool any_https = false;
+  for (auto& config : o.tiers)
+    for (auto& url : config.endpoints) any_https = any_https || url.scheme == "https";
+  std::string key_pem;
+  if (any_https) {
+    if (!o.ca_file.empty()) KILN_RETURN_IF_ERROR(check_pem_file(o.ca_file, "remote.ca_file", "a PEM bundle of CA certificates"));
+    if (!o.cert_file.empty()) {
+      KILN_RETURN_IF_ERROR(check_pem_file(o.cert_file, "remote.cert_file", "a PEM certificate"));
+      KILN_ASSIGN_OR_RETURN(key_pem, client_key(o));
+    } else if (!o.key_file.empty()) {
+      return invalid_argument("remote.key_file is set without remote.cert_file: a key alone identifies no one; set both");
+    }
+  }
   for (auto& config : self->m_options.tiers) {
     auto tier = std::make_unique<Tier>();
     tier->config = config;
@@ -181,6 +228,10 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
     eo.io_timeout = self->m_options.io_timeout;
     eo.prefix = config.prefix;
     eo.layout = config.layout;
+    eo.ca_file = o.ca_file;
+    eo.cert_file = o.cert_file;
+    eo.key_pem = key_pem;
+    eo.has_client_certificate = !o.cert_file.empty();
     if (!config.token_file.empty()) {
       KILN_ASSIGN_OR_RETURN(std::string token, read_secret_file(config.token_file));
       eo.authorization = "Bearer " + token;

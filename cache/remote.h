@@ -25,8 +25,8 @@
 //
 // Tiers list endpoints that share the keys by rendezvous hashing (as ccache's shards do):
 // losing one endpoint loses only its share. An endpoint that fails (refused, timed out,
-// garbled) is skipped by a breaker for a while, so a dead remote costs a process one short
-// timeout. Publication happens on a background thread: a compile never waits for an upload.
+// garbled, its certificate untrusted, its credentials refused) is skipped by a breaker for a
+// while, so a dead remote costs a process one short timeout, and a refusal one request. Publication happens on a background thread: a compile never waits for an upload.
 #pragma once
 
 #include <atomic>
@@ -70,6 +70,9 @@ Result<std::vector<TierConfig>> parse_tiers(std::string_view text);
 struct RemoteOptions {
   std::vector<TierConfig> tiers;
   std::string secret;  // empty: objects are neither signed nor required to be
+  // https tiers: a PEM bundle of the CAs to trust instead of the system's; a client
+  // certificate (PEM) and its key (PEM, in an owner-only file; else in the certificate's file).
+  std::string ca_file, cert_file, key_file;
   std::chrono::milliseconds connect_timeout{250};
   std::chrono::milliseconds io_timeout{2000};
   std::chrono::milliseconds lease{30000};

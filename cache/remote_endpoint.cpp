@@ -16,11 +16,13 @@ Result<EndpointUrl> parse_endpoint_url(std::string_view text) {
   if (colon == std::string_view::npos) return bad("not a URL (expected redis://host:port or http://host:port/path)");
   url.scheme = std::string(text.substr(0, colon));
   for (char& c : url.scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (url.scheme == "rediss" || url.scheme == "https")
-    return unavailable("remote '" + std::string(text) + "': " + url.scheme +
-                       ":// needs TLS, which this kiln cannot speak (Debian 12's hiredis 0.14 has none); reach the server "
-                       "through a TLS tunnel (stunnel, a service mesh) as " + url.scheme.substr(0, url.scheme.size() - 1) + "://");
-  if (url.scheme != "redis" && url.scheme != "http") return bad("unknown scheme '" + url.scheme + "' (kiln speaks redis:// and http://)");
+  if (url.scheme == "rediss")
+    return unavailable("remote '" + std::string(text) +
+                       "': rediss:// needs TLS in the Redis client, and Debian 12's hiredis (0.14) has none; reach the server "
+                       "through a local TLS tunnel (stunnel, a service mesh sidecar) as redis://127.0.0.1:PORT (README: "
+                       "\"The shared cluster cache\")");
+  if (url.scheme != "redis" && url.scheme != "http" && url.scheme != "https")
+    return bad("unknown scheme '" + url.scheme + "' (kiln speaks redis://, http:// and https://)");
   std::string_view rest = text.substr(colon + 3);
   size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
@@ -43,7 +45,7 @@ Result<EndpointUrl> parse_endpoint_url(std::string_view text) {
   }
   if (host.empty()) return bad("no host");
   url.host = std::string(host);
-  url.port = url.scheme == "redis" ? 6379 : 80;
+  url.port = url.scheme == "redis" ? 6379 : url.scheme == "https" ? 443 : 80;
   if (!port.empty()) {
     int p = 0;
     auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
@@ -74,7 +76,7 @@ Result<bool> RemoteEndpoint::renew_lease(const std::string&, const std::string&,
 Status RemoteEndpoint::release_lease(const std::string&, const std::string&) { return unavailable(label() + " has no leases"); }
 
 Result<std::unique_ptr<RemoteEndpoint>> make_endpoint(const EndpointUrl& url, const EndpointOptions& options) {
-  if (url.scheme == "http") return make_http_endpoint(url, options);
+  if (url.scheme == "http" || url.scheme == "https") return make_http_endpoint(url, options);
   return make_redis_endpoint(url, options);
 }
 

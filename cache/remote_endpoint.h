@@ -1,8 +1,7 @@
-// One server of a remote tier: a Redis server or an HTTP object store, spoken to directly.
-// Objects are named by 64 hex digits; what they hold is opaque here (remote.h frames, signs
-// and checks them). Every call is bounded by the timeouts; a connection that failed is
-// dropped, never reused. Idle connections are kept for the next call (one per concurrent
-// caller at most). Thread-safe.
+// One server of a remote tier: a Redis server or an HTTP(S) object store. Objects are named by
+// 64 hex digits; what they hold is opaque here (remote.h frames, signs and checks them). Every
+// call is bounded by the timeouts; a connection that failed is dropped, never reused. Idle
+// connections are kept for the next call (one per concurrent caller at most). Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -16,7 +15,7 @@
 namespace kiln::cache {
 
 struct EndpointUrl {
-  std::string scheme;  // "redis" or "http"
+  std::string scheme;  // "redis", "http" or "https"
   std::string host;
   int port = 0;
   std::string path;  // http: the folder objects go under, with a trailing '/'; redis: unused
@@ -24,8 +23,9 @@ struct EndpointUrl {
   std::string text;  // as written, for messages and statistics
 };
 
-// "redis://host[:port][/db]", "http://host[:port][/path]". Credentials in the URL are refused
-// (a URL shows up in process lists and logs): they come from files (remote.h).
+// "redis://host[:port][/db]", "http[s]://host[:port][/path]". Credentials in the URL are
+// refused (a URL shows up in process lists and logs): they come from files (remote.h).
+// "rediss://" is refused with the reason: Debian 12's hiredis (0.14) has no TLS.
 Result<EndpointUrl> parse_endpoint_url(std::string_view text);
 
 struct EndpointOptions {
@@ -37,6 +37,12 @@ struct EndpointOptions {
   std::string layout = "flat";
   std::string authorization;  // http: the Authorization header's value ("Bearer ...")
   std::string password;       // redis: AUTH
+  // https: the CA bundle to trust instead of the system's (a PEM file), and the client
+  // certificate (a PEM file) with its private key (PEM, already read from its owner-only file).
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_pem;
+  bool has_client_certificate = false;
 };
 
 class RemoteEndpoint {
@@ -65,8 +71,9 @@ class RemoteEndpoint {
   EndpointUrl m_url;
 };
 
-// An endpoint for `url` (nothing is connected yet). kUnavailable for a scheme this kiln cannot
-// speak (rediss:// and https:// need TLS, which Debian 12's hiredis 0.14 lacks).
+// An endpoint for `url` (nothing is connected yet, and libcurl is not loaded until the first
+// HTTP request). kUnavailable for what this build cannot speak (redis:// without hiredis,
+// http:// without libcurl's headers).
 Result<std::unique_ptr<RemoteEndpoint>> make_endpoint(const EndpointUrl& url, const EndpointOptions& options);
 
 }  // namespace kiln::cache

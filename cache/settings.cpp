@@ -7,6 +7,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
 
 #include "support/file_util.h"
 #include "support/toml.h"
@@ -23,6 +26,11 @@ constexpr SettingInfo k_settings[] = {
      "remote tiers, tried in order after the local cache: URL[,URL...][|read-only][|prefix=P][|layout=L]... separated by spaces"},
     {"remote.secret_file", "KILN_REMOTE_SECRET_FILE", "", "",
      "the cluster secret (a file only its owner reads): artifacts are signed and checked with HMAC-SHA256"},
+    {"remote.ca_file", "KILN_REMOTE_CA_FILE", "", "",
+     "https tiers: a PEM bundle of the CAs that sign the servers' certificates (default: the system's CAs)"},
+    {"remote.cert_file", "KILN_REMOTE_CERT_FILE", "", "", "https tiers: this node's client certificate (PEM), for servers that ask for one"},
+    {"remote.key_file", "KILN_REMOTE_KEY_FILE", "", "",
+     "https tiers: the client certificate's private key (PEM, a file only its owner reads; default: in cert_file)"},
     {"remote.connect_timeout", "KILN_REMOTE_CONNECT_TIMEOUT", "", "0.25", "seconds to wait for a remote to accept a connection"},
     {"remote.timeout", "KILN_REMOTE_TIMEOUT", "", "2", "seconds a remote may stay silent during a request"},
     {"remote.wait", "KILN_REMOTE_WAIT", "", "300", "seconds to wait for another node compiling the same key, then compile here"},
@@ -127,13 +135,26 @@ Result<std::string> tiers_from_node(const std::string& path, const toml::node& n
   return out;
 }
 
-// Fills `values` from one config file; a missing file is no error.
-Status read_config_file(const std::string& path, std::array<Setting, static_cast<size_t>(SettingKey::kCount)>& values,
-                        std::vector<std::string>& files) {
+// Fills `values` from one config file. A missing file is no error. One that exists but cannot
+// be read is an error when the user named it (KILN_CONFIG, --config: they asked for it), and
+// otherwise a warning: a job under a uid that cannot read $HOME (a container started with
+// --user, a service account) must not stop over a file nobody asked for.
+Status read_config_file(const ConfigFile& file, std::array<Setting, static_cast<size_t>(SettingKey::kCount)>& values,
+                        std::vector<std::string>& files, std::vector<std::string>& warnings) {
+  const std::string& path = file.path;
   auto text = read_file(path);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound) return {};
-    return text.status();
+    std::string why = read_failure_reason(text.status(), path);
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) return {};  // a file on the way: none here
+    if (file.named)
+      return invalid_argument("cannot read the config file " + path + " named by " + file.named_by + ": " + why +
+                              " (make it readable by this user, or name another)");
+    warnings.push_back("cannot read the config file " + path + ": " + why +
+                       "; going on without it (make it readable, or set KILN_CONFIG to a file this user can read, "
+                       "or to /dev/null for none)");
+    return {};
   }
   files.push_back(path);
   KILN_ASSIGN_OR_RETURN(toml::table root, parse_toml(text.value(), path, "a config file"));
@@ -178,22 +199,41 @@ Status read_config_file(const std::string& path, std::array<Setting, static_cast
 
 const SettingInfo& setting_info(SettingKey key) { return k_settings[static_cast<size_t>(key)]; }
 
-std::string Settings::user_file_path() {
-  if (const char* p = std::getenv("KILN_CONFIG"); p && *p) return p;
-  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) return std::string(xdg) + "/kiln/config.toml";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/") + "/.config/kiln/config.toml";
+namespace {
+std::mutex g_named_mutex;
+ConfigFile g_named_user_file;  // set by name_user_file()
+}  // namespace
+
+void Settings::name_user_file(const std::string& path, const std::string& named_by) {
+  std::lock_guard lock(g_named_mutex);
+  g_named_user_file = {path, true, named_by};
 }
 
-std::string Settings::system_file_path() { return env_or("KILN_SYSTEM_CONFIG", "/etc/kiln/config.toml"); }
+ConfigFile Settings::user_file() {
+  {
+    std::lock_guard lock(g_named_mutex);
+    if (!g_named_user_file.path.empty()) return g_named_user_file;
+  }
+  if (const char* p = std::getenv("KILN_CONFIG"); p && *p) return {p, true, "KILN_CONFIG"};
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) return {std::string(xdg) + "/kiln/config.toml", false, ""};
+  const char* home = std::getenv("HOME");
+  return {std::string(home && *home ? home : "/") + "/.config/kiln/config.toml", false, ""};
+}
+
+// KILN_SYSTEM_CONFIG moves the system's file (an image that keeps it elsewhere); a job's uid
+// may be unable to read it as much as /etc/kiln/config.toml, so it stays optional.
+ConfigFile Settings::system_file() { return {env_or("KILN_SYSTEM_CONFIG", "/etc/kiln/config.toml"), false, ""}; }
+
+std::string Settings::user_file_path() { return user_file().path; }
+std::string Settings::system_file_path() { return system_file().path; }
 
 Result<Settings> Settings::load(const std::map<SettingKey, std::string>& flags) {
   Settings s;
   for (size_t i = 0; i < s.m_values.size(); ++i) s.m_values[i] = {k_settings[i].fallback, "default"};
   // Lowest precedence first, each layer over the one before.
   std::vector<std::string> files;
-  KILN_RETURN_IF_ERROR(read_config_file(system_file_path(), s.m_values, files));
-  KILN_RETURN_IF_ERROR(read_config_file(user_file_path(), s.m_values, files));
+  KILN_RETURN_IF_ERROR(read_config_file(system_file(), s.m_values, files, s.m_warnings));
+  KILN_RETURN_IF_ERROR(read_config_file(user_file(), s.m_values, files, s.m_warnings));
   s.m_files.assign(files.rbegin(), files.rend());
   for (size_t i = 0; i < s.m_values.size(); ++i)
     if (const char* v = std::getenv(k_settings[i].env); v && *v) s.m_values[i] = {v, k_settings[i].env};
@@ -228,6 +268,16 @@ Result<double> Settings::seconds(SettingKey key) const {
     return invalid_argument(std::string(setting_info(key).name) + " (from " + s.origin + "): '" + s.value +
                             "' is not a number of seconds (e.g. 2 or 0.25)");
   return v;
+}
+
+std::vector<std::string> Settings::unsaid_warnings() const {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard lock(mutex);
+  std::vector<std::string> out;
+  for (auto& w : m_warnings)
+    if (said.insert(w).second) out.push_back(w);
+  return out;
 }
 
 Result<std::string> read_secret_file(const std::string& path) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 
@@ -478,6 +479,16 @@ Status Store::flush_usage() {
   return flush_locked();
 }
 
+void Store::flush_or_report_locked() {
+  // The journal only carries usage figures: a query answers without this process's share
+  // rather than not at all (they stay pending and are tried again at close).
+  Status st = flush_locked();
+  if (!st.ok() && m_options.report_notice && !m_journal_reported) {
+    m_journal_reported = true;
+    m_options.report_notice(st.message() + "; hit counts of this process are left out");
+  }
+}
+
 Status Store::flush_locked() {
   bool counters = !m_pending_named.empty();
   for (auto v : m_pending_counters) counters = counters || v != 0;
@@ -491,8 +502,9 @@ Status Store::flush_locked() {
     if (m_pending_counters[i]) lines += std::string("C ") + counter_name(static_cast<Counter>(i)) + " " + std::to_string(m_pending_counters[i]) + "\n";
   for (auto& [name, delta] : m_pending_named)
     if (delta) lines += "C " + name + " " + std::to_string(delta) + "\n";
-  int fd = ::open((m_root + "/" + k_usage_journal).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) return errno_status("open the usage journal in " + m_root, errno);
+  std::string journal = m_root + "/" + k_usage_journal;
+  int fd = ::open(journal.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return errno_status("cannot append to the usage journal " + journal, errno);
   ssize_t n = ::write(fd, lines.data(), lines.size());
   ::close(fd);
   if (n != static_cast<ssize_t>(lines.size())) return io_error("cannot append to the usage journal in " + m_root);
@@ -527,9 +539,20 @@ Status Store::fold_usage_locked(bool in_transaction) {
   if (!in_transaction) KILN_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
   sqlite3_stmt* h = prepare("UPDATE artifacts SET hits = hits + ?, last_used = max(last_used, ?) WHERE key = ?");
   sqlite3_stmt* c = prepare("INSERT INTO stats(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value");
+  std::vector<std::string> unreadable;
   for (auto& path : journals) {
     auto text = read_file(path);
-    if (!text.ok()) continue;
+    if (!text.ok()) {
+      // Another user's journal in a shared folder, say: its counts are not this process's to
+      // drop, so it stays for one that can read it, and this one goes on without them.
+      unreadable.push_back(path);
+      if (m_options.report_notice && !m_journal_reported) {
+        m_journal_reported = true;
+        m_options.report_notice("cannot read the usage journal " + path + ": " + read_failure_reason(text.status(), path) +
+                                "; its hit counts are left out of the index until a process that can read it folds it");
+      }
+      continue;
+    }
     std::string_view all = text.value();
     while (!all.empty()) {
       size_t nl = all.find('\n');
@@ -559,7 +582,8 @@ Status Store::fold_usage_locked(bool in_transaction) {
   if (!in_transaction) KILN_RETURN_IF_ERROR(exec("COMMIT"));
   // Removed once folded: a fold that dies before its commit leaves them for the next. (One
   // that dies between the commit and here counts them twice: these are usage figures.)
-  for (auto& path : journals) ::unlink(path.c_str());
+  for (auto& path : journals)
+    if (std::find(unreadable.begin(), unreadable.end(), path) == unreadable.end()) ::unlink(path.c_str());
   return {};
 }
 

@@ -185,6 +185,8 @@ class Store {
   Result<uint64_t> rebuild_index_locked();
   Status remove_locked(const Hash128& key, bool unlink_blob);
   Status flush_locked();
+  // flush_locked(), a failure said once (report_notice) rather than failing a query.
+  void flush_or_report_locked();
   Result<GcReport> gc_locked(uint64_t target_bytes);
   Result<uint64_t> stat_locked(const char* name);
 
@@ -201,6 +203,7 @@ class Store {
   std::map<std::string, int64_t> m_pending_named;
   bool m_damage_reported = false;
   bool m_orphan_journals_checked = false;
+  bool m_journal_reported = false;  // an unreadable usage journal is said once per Store
 };
 
 }  // namespace kiln::cache

@@ -76,7 +76,7 @@ std::optional<Hash128> key_of_blob_name(const std::string& name) {
 Result<Statistics> Store::statistics() {
   std::lock_guard lock(m_mutex);
   KILN_RETURN_IF_ERROR(ensure_index_locked());
-  KILN_RETURN_IF_ERROR(flush_locked());
+  flush_or_report_locked();
   KILN_RETURN_IF_ERROR(fold_usage_locked(/*in_transaction=*/false));
   Statistics out;
   out.max_bytes = m_options.max_bytes;
@@ -102,7 +102,7 @@ Result<Statistics> Store::statistics() {
 Result<std::vector<ArtifactRecord>> Store::list(const std::string& op, const std::string& target) {
   std::lock_guard lock(m_mutex);
   KILN_RETURN_IF_ERROR(ensure_index_locked());
-  KILN_RETURN_IF_ERROR(flush_locked());
+  flush_or_report_locked();
   KILN_RETURN_IF_ERROR(fold_usage_locked(/*in_transaction=*/false));
   std::string sql = std::string(k_select_record) + " WHERE (?1 = '' OR op = ?1) AND (?2 = '' OR target = ?2) ORDER BY op, target, created";
   sqlite3_stmt* s = prepare(sql.c_str());
@@ -151,7 +151,7 @@ Result<std::optional<ArtifactRecord>> Store::find(const std::string& prefix) {
 Result<GcReport> Store::gc(uint64_t max_bytes) {
   std::lock_guard lock(m_mutex);
   KILN_RETURN_IF_ERROR(ensure_index_locked());
-  KILN_RETURN_IF_ERROR(flush_locked());
+  flush_or_report_locked();
   KILN_RETURN_IF_ERROR(fold_usage_locked(/*in_transaction=*/false));
   auto report = gc_locked(max_bytes);
   if (!report.ok()) return report;

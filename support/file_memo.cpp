@@ -90,13 +90,20 @@ FileMemo::Impl& FileMemo::impl() {
   return impl;
 }
 
-void FileMemo::attach(const std::string& file) {
+Status FileMemo::attach(const std::string& file) {
   Impl& m = impl();
   std::lock_guard lock(m.mutex);
-  if (!m.file.empty()) return;
+  if (!m.file.empty()) return {};
   m.file = file;
-  if (auto text = read_file(file); text.ok()) parse_into(text.value(), m.entries);
+  Status st;
+  if (auto text = read_file(file); text.ok()) {
+    parse_into(text.value(), m.entries);
+  } else if (text.status().code() != StatusCode::kNotFound) {
+    st = io_error("cannot read the file memo " + file + ": " + read_failure_reason(text.status(), file) +
+                  "; header hashes and toolchain fingerprints are computed again in this process");
+  }
   for (auto& [k, e] : m.fresh) m.entries[k] = e;  // what this process learnt before attaching
+  return st;
 }
 
 std::optional<std::string> FileMemo::get(std::string_view kind, const std::string& path, const Hash128& stamp) {

@@ -43,7 +43,9 @@ class FileMemo {
 
   // Loads `file` (a missing or damaged one is an empty memo) and saves there from now on. The
   // first attach wins; later calls, for another cache folder in the same process, are ignored.
-  void attach(const std::string& file);
+  // A file that exists but cannot be read is an empty memo too, and the reason is returned for
+  // the caller to say once: the memo is optional, it only saves work.
+  Status attach(const std::string& file);
 
   // The value remembered for (kind, path) under `stamp`, if the stamp still matches.
   std::optional<std::string> get(std::string_view kind, const std::string& path, const Hash128& stamp);

@@ -36,6 +36,13 @@ Result<std::string> read_file(const std::string& path) {
   return out;
 }
 
+std::string read_failure_reason(const Status& st, const std::string& path) {
+  std::string why = st.message();
+  for (std::string prefix : {"open " + path + ": ", "read " + path + ": "})
+    if (why.rfind(prefix, 0) == 0) return why.substr(prefix.size());
+  return why;
+}
+
 Status write_all(int fd, std::string_view bytes, const std::string& path) {
   size_t done = 0;
   while (done < bytes.size()) {

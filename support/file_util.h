@@ -10,6 +10,9 @@ namespace kiln {
 
 // Whole file into memory; a missing file is kNotFound, other failures kIoError.
 Result<std::string> read_file(const std::string& path);
+// Why read_file(path) failed, without the path ("Permission denied"), for a message that
+// names the file once in its own words.
+std::string read_failure_reason(const Status& st, const std::string& path);
 
 // Writes all of `bytes` to `fd` (retrying short writes and EINTR); `path` names it in errors.
 Status write_all(int fd, std::string_view bytes, const std::string& path);

@@ -171,15 +171,17 @@ std::vector<ProcessResult> run_processes(const std::vector<std::vector<std::stri
 
 std::string RedisServer::binary() { return find_program("redis-server", {"/usr/bin/redis-server"}); }
 
-RedisServer::RedisServer(const std::string& dir) : m_dir(dir), m_port(free_port()) { start(); }
+RedisServer::RedisServer(const std::string& dir, RedisTls tls) : m_dir(dir), m_port(free_port()), m_tls(std::move(tls)) { start(); }
 
 RedisServer::~RedisServer() { m_process.reset(); }
 
 void RedisServer::start() {
-  m_process = std::make_unique<ChildProcess>(
-      std::vector<std::string>{binary(), "--port", std::to_string(m_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                               "--dir", m_dir, "--daemonize", "no"},
-      std::map<std::string, std::string>{}, m_dir + "/redis.out", m_dir + "/redis.err");
+  std::vector<std::string> argv{binary(), "--port", std::to_string(m_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                "--dir", m_dir, "--daemonize", "no"};
+  if (!m_tls.cert.empty())  // TLS on the port, no plain port, no client certificates asked for
+    argv = {binary(), "--port", "0", "--tls-port", std::to_string(m_port), "--tls-cert-file", m_tls.cert, "--tls-key-file", m_tls.key,
+            "--tls-auth-clients", "no", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", m_dir, "--daemonize", "no"};
+  m_process = std::make_unique<ChildProcess>(argv, std::map<std::string, std::string>{}, m_dir + "/redis.out", m_dir + "/redis.err");
   if (!wait_for_port(m_port)) throw std::runtime_error("redis-server did not start on port " + std::to_string(m_port));
 }
 
@@ -187,8 +189,6 @@ void RedisServer::kill() {
   m_process->kill(SIGKILL);
   m_process->wait();
 }
-
-// ---- nginx
 
 std::string NginxServer::binary() {
   static const std::string found = [] {
@@ -200,7 +200,48 @@ std::string NginxServer::binary() {
   return found;
 }
 
+// ---- certificates
+
+std::string openssl_binary() { return find_program("openssl", {"/usr/bin/openssl"}); }
+
+namespace {
+
+void openssl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{openssl_binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = run_process(argv);
+  if (r.exit_code != 0) {
+    std::string cmd;
+    for (auto& a : argv) cmd += a + " ";
+    throw std::runtime_error("openssl failed (" + cmd + "): " + r.err);
+  }
+}
+
+}  // namespace
+
+TestCa::TestCa(const std::string& dir, const std::string& name)
+    : m_dir(dir), m_ca_pem(dir + "/ca.pem"), m_ca_key(dir + "/ca.key") {
+  openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", m_ca_key, "-out", m_ca_pem,
+           "-days", "2", "-subj", "/CN=" + name});
+}
+
+TestCa::Issued TestCa::issue(const std::string& name, const std::string& alt_names, int days, bool client) const {
+  Issued out{m_dir + "/" + name + ".pem", m_dir + "/" + name + ".key"};
+  std::string csr = m_dir + "/" + name + ".csr", ext = m_dir + "/" + name + ".ext";
+  openssl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", out.key, "-out", csr, "-subj",
+           "/CN=" + name});
+  std::ofstream(ext) << "subjectAltName=" << alt_names << "\nextendedKeyUsage=" << (client ? "clientAuth" : "serverAuth") << "\n";
+  // A negative -days puts notAfter before now: a certificate that has expired.
+  openssl({"x509", "-req", "-in", csr, "-CA", m_ca_pem, "-CAkey", m_ca_key, "-CAcreateserial", "-days", std::to_string(days),
+           "-extfile", ext, "-out", out.cert});
+  ::chmod(out.key.c_str(), 0600);
+  return out;
+}
+
+// ---- nginx
+
 NginxServer::NginxServer(const std::string& dir, NginxOptions options) : m_dir(dir), m_port(free_port()) {
+  m_tls = !options.tls_cert.empty();
   std::string auth;
   if (!options.basic_user.empty()) {
     std::ofstream(m_dir + "/htpasswd") << options.basic_user << ":{PLAIN}" << options.basic_password << "\n";
@@ -208,16 +249,29 @@ NginxServer::NginxServer(const std::string& dir, NginxOptions options) : m_dir(d
   }
   if (!options.bearer_token.empty())
     auth += "      if ($http_authorization != \"Bearer " + options.bearer_token + "\") { return 401; }\n";
+  std::string listen = "127.0.0.1:" + std::to_string(m_port);
+  if (m_tls) {
+    listen += " ssl http2;\n    ssl_certificate " + options.tls_cert + ";\n    ssl_certificate_key " + options.tls_key + ";";
+    if (!options.client_ca.empty()) listen += "\n    ssl_client_certificate " + options.client_ca + ";\n    ssl_verify_client on;";
+  } else {
+    listen += ";";
+  }
   ::mkdir((m_dir + "/store").c_str(), 0700);
   std::ofstream(m_dir + "/nginx.conf") << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << m_dir
                                         << "/nginx.pid;\nerror_log " << m_dir << "/error.log warn;\n"
-                                        << "events { worker_connections 256; }\nhttp {\n  access_log off;\n"
+                                        << "events { worker_connections 256; }\nhttp {\n"
+                                        << "  log_format kiln '$request_method $uri $status $connection $server_protocol';\n"
+                                        << "  access_log " << m_dir << "/access.log kiln;\n"
                                         << "  client_body_temp_path " << m_dir << "/body;\n  proxy_temp_path " << m_dir
                                         << "/proxy;\n  fastcgi_temp_path " << m_dir << "/fastcgi;\n  uwsgi_temp_path " << m_dir
                                         << "/uwsgi;\n  scgi_temp_path " << m_dir << "/scgi;\n  client_max_body_size 0;\n"
-                                        << "  server {\n    listen 127.0.0.1:" << m_port << ";\n    root " << m_dir << "/store;\n"
-                                        << "    location / {\n      dav_methods PUT DELETE;\n      create_full_put_path on;\n"
-                                        << "      dav_access user:rw;\n"
+                                        << "  server {\n    listen " << listen << "\n    root " << m_dir << "/store;\n"
+                                        << "    location / {\n"
+                                        << (!options.redirect_to.empty() ? "      return 308 " + options.redirect_to + "$request_uri;\n"
+                                            : options.proxy_to ? "      proxy_pass http://127.0.0.1:" + std::to_string(options.proxy_to) +
+                                                                   ";\n      proxy_read_timeout 600s;\n"
+                                                             : "      dav_methods PUT DELETE;\n      create_full_put_path on;\n"
+                                                               "      dav_access user:rw;\n")
                                         << auth << "    }\n  }\n}\n";
   m_process = std::make_unique<ChildProcess>(
       std::vector<std::string>{binary(), "-p", m_dir, "-c", m_dir + "/nginx.conf", "-e", m_dir + "/error.log"},
@@ -228,6 +282,47 @@ NginxServer::NginxServer(const std::string& dir, NginxOptions options) : m_dir(d
 }
 
 NginxServer::~NginxServer() { m_process.reset(); }
+
+std::vector<std::string> NginxServer::requests() const {
+  std::vector<std::string> out;
+  std::string all = read_text(m_dir + "/access.log");
+  for (size_t start = 0, end; (end = all.find('\n', start)) != std::string::npos; start = end + 1) out.push_back(all.substr(start, end - start));
+  return out;
+}
+
+// ---- tinyproxy
+
+std::string TinyProxy::binary() { return find_program("tinyproxy", {"/usr/bin/tinyproxy"}); }
+
+TinyProxy::TinyProxy(const std::string& dir) : m_dir(dir), m_port(free_port()) {
+  // No Allow or ConnectPort lines: every local client, CONNECT to any port (nginx's is free).
+  std::ofstream(m_dir + "/tinyproxy.conf") << "Port " << m_port << "\nListen 127.0.0.1\nTimeout 30\nMaxClients 16\nLogLevel Info\n"
+                                           << "LogFile \"" << m_dir << "/tinyproxy.log\"\nPidFile \"" << m_dir << "/tinyproxy.pid\"\n";
+  m_process = std::make_unique<ChildProcess>(std::vector<std::string>{binary(), "-d", "-c", m_dir + "/tinyproxy.conf"},
+                                             std::map<std::string, std::string>{}, m_dir + "/tinyproxy.out", m_dir + "/tinyproxy.err");
+  if (!wait_for_port(m_port))
+    throw std::runtime_error("tinyproxy did not start on port " + std::to_string(m_port) + ": " + read_text(m_dir + "/tinyproxy.err") +
+                             read_text(m_dir + "/tinyproxy.log"));
+}
+
+TinyProxy::~TinyProxy() { m_process.reset(); }
+
+// ---- stunnel
+
+std::string StunnelClient::binary() { return find_program("stunnel", {"/usr/bin/stunnel", "/usr/bin/stunnel4"}); }
+
+StunnelClient::StunnelClient(const std::string& dir, int server_port, const std::string& ca_file) : m_dir(dir), m_port(free_port()) {
+  std::ofstream(m_dir + "/stunnel.conf") << "foreground = yes\npid =\noutput = " << m_dir << "/stunnel.log\n[redis]\nclient = yes\n"
+                                         << "accept = 127.0.0.1:" << m_port << "\nconnect = 127.0.0.1:" << server_port
+                                         << "\nCAfile = " << ca_file << "\nverifyChain = yes\ncheckIP = 127.0.0.1\n";
+  m_process = std::make_unique<ChildProcess>(std::vector<std::string>{binary(), m_dir + "/stunnel.conf"}, std::map<std::string, std::string>{},
+                                             m_dir + "/stunnel.out", m_dir + "/stunnel.err");
+  if (!wait_for_port(m_port))
+    throw std::runtime_error("stunnel did not start on port " + std::to_string(m_port) + ": " + read_text(m_dir + "/stunnel.err") +
+                             read_text(m_dir + "/stunnel.log"));
+}
+
+StunnelClient::~StunnelClient() { m_process.reset(); }
 
 // ---- the proxy
 

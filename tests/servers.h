@@ -1,6 +1,7 @@
-// Real servers for the remote-tier tests, on 127.0.0.1 and free ports: Debian's redis-server
-// and nginx (WebDAV PUT), each started as a child process in a test's temporary folder, and a
-// TCP proxy that passes, delays, truncates, corrupts or swallows what a server answers.
+// Real servers for the remote-tier tests, on 127.0.0.1 and free ports: Debian's redis-server,
+// nginx (WebDAV PUT, over TLS with certificates openssl makes at test time) and tinyproxy,
+// each started as a child process in a test's temporary folder, and a TCP proxy that passes,
+// delays, truncates, corrupts or swallows what a server answers.
 #pragma once
 
 #include <sys/types.h>
@@ -49,11 +50,15 @@ std::vector<ProcessResult> run_processes(const std::vector<std::vector<std::stri
 // Where a server binary is, or "" (then the test skips and says to run scripts/setup).
 std::string find_program(const std::string& name, const std::vector<std::string>& also = {});
 
+struct RedisTls {
+  std::string cert, key;  // non-empty: the port speaks TLS only, with this certificate
+};
+
 class RedisServer {
  public:
   static std::string binary();  // "" when redis-server is not installed
   // Starts on a free port, persisting nothing to disk.
-  explicit RedisServer(const std::string& dir);
+  explicit RedisServer(const std::string& dir, RedisTls tls = {});
   ~RedisServer();
   int port() const { return m_port; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(m_port); }
@@ -64,12 +69,53 @@ class RedisServer {
  private:
   std::string m_dir;
   int m_port;
+  RedisTls m_tls;
   std::unique_ptr<ChildProcess> m_process;
+};
+
+// stunnel in client mode: accepts plain connections on a free port of 127.0.0.1 and carries
+// them over TLS to 127.0.0.1:`server_port`, checking the server's certificate against `ca_file`
+// and its address: the local TLS tunnel the README advises for a TLS Redis.
+class StunnelClient {
+ public:
+  static std::string binary();  // "" when stunnel is not installed
+  StunnelClient(const std::string& dir, int server_port, const std::string& ca_file);
+  ~StunnelClient();
+  int port() const { return m_port; }
+
+ private:
+  std::string m_dir;
+  int m_port;
+  std::unique_ptr<ChildProcess> m_process;
+};
+
+// Debian's openssl command, or "" (then a TLS test skips and says to run scripts/setup).
+std::string openssl_binary();
+
+// A certificate authority made by openssl at test time in `dir` (EC P-256 keys), and the
+// certificates it signs: nothing is stored in the tree, nothing outlives the test.
+class TestCa {
+ public:
+  explicit TestCa(const std::string& dir, const std::string& name = "kiln test CA");
+  const std::string& ca_pem() const { return m_ca_pem; }
+  struct Issued {
+    std::string cert, key;  // PEM files; the key's mode is 0600
+  };
+  // A certificate for `alt_names` ("IP:127.0.0.1,DNS:localhost"), for a server or a client,
+  // valid `days` from now; negative: it expired that many days ago.
+  Issued issue(const std::string& name, const std::string& alt_names, int days = 2, bool client = false) const;
+
+ private:
+  std::string m_dir, m_ca_pem, m_ca_key;
 };
 
 struct NginxOptions {
   std::string bearer_token;  // non-empty: requests must carry "Authorization: Bearer <token>"
   std::string basic_user, basic_password;  // non-empty: basic auth
+  std::string tls_cert, tls_key;           // non-empty: https (and HTTP/2) with this certificate
+  std::string client_ca;                   // non-empty: clients must show a certificate this CA signed
+  int proxy_to = 0;  // non-zero: pass every request to http://127.0.0.1:proxy_to instead of serving files
+  std::string redirect_to;  // non-empty: answer every request 308 to redirect_to + the request's URI
 };
 
 class NginxServer {
@@ -78,9 +124,28 @@ class NginxServer {
   explicit NginxServer(const std::string& dir, NginxOptions options = {});
   ~NginxServer();
   int port() const { return m_port; }
-  std::string url(const std::string& path = "/kiln") const { return "http://127.0.0.1:" + std::to_string(m_port) + path; }
+  std::string url(const std::string& path = "/kiln") const {
+    return std::string(m_tls ? "https" : "http") + "://127.0.0.1:" + std::to_string(m_port) + path;
+  }
   // The folder nginx serves: what a PUT to /kiln/x wrote is at store() + "/kiln/x".
   std::string store() const { return m_dir + "/store"; }
+  // The requests served so far, one line each: "METHOD URI STATUS CONNECTION PROTOCOL".
+  std::vector<std::string> requests() const;
+
+ private:
+  std::string m_dir;
+  int m_port;
+  bool m_tls = false;
+  std::unique_ptr<ChildProcess> m_process;
+};
+
+// tinyproxy (a real HTTP proxy that tunnels https through CONNECT) on a free port.
+class TinyProxy {
+ public:
+  static std::string binary();  // "" when tinyproxy is not installed
+  explicit TinyProxy(const std::string& dir);
+  ~TinyProxy();
+  int port() const { return m_port; }
 
  private:
   std::string m_dir;

@@ -45,8 +45,11 @@ Result<std::unique_ptr<cache::Store>> open_store(const GlobalOptions& global) {
   cache::StoreOptions options;
   KILN_ASSIGN_OR_RETURN(options.max_bytes, settings.max_bytes());
   options.report_damage = [](const std::string& message) { std::cerr << "kiln: warning: " << message << "\n"; };
+  options.report_notice = [](const std::string& message) { std::cerr << "kiln: warning: " << message << "\n"; };
   auto store = cache::Store::open(settings.cache_dir(), options);
-  if (store.ok() && !store.value()->notice().empty()) std::cerr << "kiln: warning: " << store.value()->notice() << "\n";
+  if (!store.ok())
+    return Status(store.status().code(), "cannot open the kiln cache " + settings.cache_dir() + ": " + store.status().message() +
+                                             " (set KILN_CACHE_DIR or --cache-dir to a folder this user can write)");
   return store;
 }
 

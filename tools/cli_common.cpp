@@ -80,7 +80,10 @@ Result<cache::Settings> GlobalOptions::settings() const {
   std::map<cache::SettingKey, std::string> flags;
   if (!cache_dir.empty()) flags[cache::SettingKey::kCacheDir] = cache_dir;
   if (remote) flags[cache::SettingKey::kRemoteTiers] = *remote;
-  return cache::Settings::load(flags);
+  auto settings = cache::Settings::load(flags);
+  if (settings.ok())
+    for (auto& w : settings->unsaid_warnings()) std::cerr << "kiln: warning: " << w << "\n";
+  return settings;
 }
 
 Result<std::unique_ptr<builders::Ops>> make_ops(const ParsedArgs& args, const GlobalOptions& global, bool with_accelerator) {

@@ -18,10 +18,12 @@ constexpr const char* k_config_help = R"(usage: kiln config [--json]
 Prints every setting, its effective value and where it came from. One precedence order:
   1. a command-line flag (--cache-dir, --remote)
   2. an environment variable (KILN_CACHE_DIR, KILN_REMOTE_CACHE, ...)
-  3. the user's file: $KILN_CONFIG, else $XDG_CONFIG_HOME/kiln/config.toml, else
-     ~/.config/kiln/config.toml
+  3. the user's file: --config FILE, else $KILN_CONFIG, else
+     $XDG_CONFIG_HOME/kiln/config.toml, else ~/.config/kiln/config.toml
   4. the system's file: $KILN_SYSTEM_CONFIG, else /etc/kiln/config.toml
   5. the default
+A file named by --config or KILN_CONFIG must be readable; any other that exists but cannot
+be read (a $HOME this uid cannot enter) is passed over with a warning.
 
 A config file is TOML, for example:
 
@@ -31,6 +33,7 @@ A config file is TOML, for example:
   tiers = ["redis://cache-1:6379,redis://cache-2:6379",
            { url = "http://bazel-remote:8080/kiln", layout = "bazel", read_only = true }]
   secret_file = "/etc/kiln/cluster.secret"   # mode 0600: signs and checks artifacts
+  ca_file = "/etc/kiln/ca.pem"               # https tiers: the CAs that sign the servers
   timeout = 2.0
 
 Secrets (the cluster secret, tokens, passwords) are read only from files that their owner
@@ -71,6 +74,8 @@ int cmd_config(const std::vector<std::string>& argv, const GlobalOptions& global
     }
     std::cout << "],\"files\":[";
     for (size_t i = 0; i < settings->files().size(); ++i) std::cout << (i ? "," : "") << json_string(settings->files()[i]);
+    std::cout << "],\"warnings\":[";
+    for (size_t i = 0; i < settings->warnings().size(); ++i) std::cout << (i ? "," : "") << json_string(settings->warnings()[i]);
     std::cout << "],\"user_file\":" << json_string(cache::Settings::user_file_path())
               << ",\"system_file\":" << json_string(cache::Settings::system_file_path()) << ",\"secret\":";
     if (secret_file.empty()) std::cout << "\"not set\"";

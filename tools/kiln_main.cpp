@@ -25,7 +25,7 @@ namespace {
 using builders::BuildOutcome;
 using builders::CacheOutcome;
 
-constexpr const char* k_main_help = R"(usage: kiln [--cache-dir DIR] [--remote TIERS] <command> [options]
+constexpr const char* k_main_help = R"(usage: kiln [--config FILE] [--cache-dir DIR] [--remote TIERS] <command> [options]
 
 kiln compiles kernel specs in-process and caches the artifacts by content.
 
@@ -41,6 +41,9 @@ commands:
   help [COMMAND]  show help for a command
 
 global options:
+  --config FILE     the user's config file (as KILN_CONFIG; default $XDG_CONFIG_HOME/kiln/
+                    config.toml, else ~/.config/kiln/config.toml): named, it must be
+                    readable; a default one that cannot be read is passed over with a warning
   --cache-dir DIR   the cache folder (default: $KILN_CACHE_DIR, else the config file's
                     cache_dir, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)
   --remote TIERS    remote cache tiers, tried in order after the local cache ("" for none;
@@ -208,6 +211,17 @@ int run_main(int argc, char** argv) {
     if (a == "--verbose" || a == "-v") {
       set_log_level(LogLevel::kDebug);
       ++i;
+      continue;
+    }
+    if (a == "--config" || a.rfind("--config=", 0) == 0) {
+      // The user's config file, named for the whole process, so every part that loads the
+      // settings (ops, doctor, config) reads the same file, and an unreadable one is an error
+      // rather than the warning an unnamed default gets.
+      if (a == "--config" && i + 1 >= args.size()) return usage_error("--config needs a file", k_main_help);
+      std::string file = a == "--config" ? args[i + 1] : a.substr(9);
+      if (file.empty()) return usage_error("--config needs a file (/dev/null for none)", k_main_help);
+      cache::Settings::name_user_file(file, "--config");
+      i += a == "--config" ? 2 : 1;
       continue;
     }
     if ((a == "--cache-dir" || a == "--remote") && i + 1 < args.size()) {

@@ -78,6 +78,10 @@ TEST(TierParsing, ReadsEndpointsAndAttributes) {
   // What str() writes, parse_tiers reads back the same.
   EXPECT_EQ(parse_tiers(h.str())->front().str(), h.str());
   EXPECT_TRUE(parse_tiers("")->empty());
+  auto tls = parse_tiers("https://cache.example/kiln|token-file=/t");
+  ASSERT_TRUE(tls.ok()) << tls.status().message();
+  EXPECT_EQ(tls->front().endpoints[0].scheme, "https");
+  EXPECT_EQ(tls->front().endpoints[0].port, 443);
 }
 
 TEST(TierParsing, RefusesWhatItCannotDoAndSaysWhy) {
@@ -85,7 +89,7 @@ TEST(TierParsing, RefusesWhatItCannotDoAndSaysWhy) {
     const char* text;
     const char* says;
   };
-  for (const Case& c : {Case{"rediss://a:6380", "needs TLS"}, Case{"https://h/kiln", "needs TLS"},
+  for (const Case& c : {Case{"rediss://a:6380", "local TLS tunnel"},
                         Case{"redis://:pw@a:6379", "credentials in a URL"}, Case{"http://u:p@h/", "credentials in a URL"},
                         Case{"redis://a,http://b/", "share a scheme"}, Case{"redis://a|readonly", "unknown attribute 'readonly'"},
                         Case{"redis://a:99999", "bad port"}, Case{"memcached://a", "unknown scheme"},

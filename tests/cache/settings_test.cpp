@@ -21,7 +21,7 @@ using kiln::testing::TempDir;
 class SettingsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::vector<std::string> names = {"KILN_CONFIG", "KILN_SYSTEM_CONFIG"};
+    std::vector<std::string> names = {"KILN_CONFIG", "KILN_SYSTEM_CONFIG", "XDG_CONFIG_HOME"};
     for (size_t i = 0; i < static_cast<size_t>(SettingKey::kCount); ++i) names.push_back(setting_info(static_cast<SettingKey>(i)).env);
     for (auto& n : names) {
       const char* v = std::getenv(n.c_str());
@@ -50,6 +50,46 @@ TEST_F(SettingsTest, WithoutFilesOrVariablesEverySettingIsItsDefault) {
   EXPECT_EQ(s->get(SettingKey::kRemoteTiers), "");
   EXPECT_EQ(s->max_bytes().value(), uint64_t{5} << 30);
   EXPECT_DOUBLE_EQ(s->seconds(SettingKey::kConnectTimeout).value(), 0.25);
+}
+
+TEST_F(SettingsTest, ADefaultFileThatCannotBeReadIsAWarningANamedOneAnError) {
+  // Tests run as root, who reads any file: a folder where the file should be stands for one
+  // this uid cannot read (read(2) fails; tests/integration/optional_files_test.cpp runs kiln
+  // under another uid for the real thing).
+  ::unsetenv("KILN_CONFIG");
+  ::setenv("XDG_CONFIG_HOME", m_dir.path().c_str(), 1);
+  ASSERT_EQ(::mkdir((m_dir / "kiln").c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir((m_dir / "kiln/config.toml").c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir((m_dir / "system.toml").c_str(), 0700), 0);
+  ::setenv("KILN_CACHE_DIR", "/from/env", 1);
+  auto s = Settings::load();
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->get(SettingKey::kCacheDir), "/from/env") << "the rest of the settings still load";
+  EXPECT_TRUE(s->files().empty());
+  ASSERT_EQ(s->warnings().size(), 2u);
+  EXPECT_NE(s->warnings()[0].find("cannot read the config file " + m_dir / "system.toml"), std::string::npos) << s->warnings()[0];
+  EXPECT_NE(s->warnings()[1].find("cannot read the config file " + m_dir / "kiln/config.toml"), std::string::npos) << s->warnings()[1];
+  EXPECT_NE(s->warnings()[1].find("going on without it"), std::string::npos) << s->warnings()[1];
+  // Said once per process, however often the settings load.
+  EXPECT_EQ(s->unsaid_warnings().size(), 2u);
+  EXPECT_TRUE(Settings::load()->unsaid_warnings().empty());
+
+  // Named, it was asked for: an error that names it and how it was named.
+  ::setenv("KILN_CONFIG", (m_dir / "kiln/config.toml").c_str(), 1);
+  auto named = Settings::load();
+  ASSERT_FALSE(named.ok());
+  EXPECT_NE(named.status().message().find("cannot read the config file " + m_dir / "kiln/config.toml" + " named by KILN_CONFIG"),
+            std::string::npos)
+      << named.status().message();
+  // A path through a file is no file at all: nothing to say.
+  m_dir.write("plain", "x");
+  ::setenv("XDG_CONFIG_HOME", (m_dir / "plain").c_str(), 1);
+  ::unsetenv("KILN_CONFIG");
+  ::unsetenv("KILN_SYSTEM_CONFIG");
+  ::setenv("KILN_SYSTEM_CONFIG", (m_dir / "absent.toml").c_str(), 1);
+  auto none = Settings::load();
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_TRUE(none->warnings().empty()) << none->warnings().front();
 }
 
 TEST_F(SettingsTest, FlagBeatsEnvironmentBeatsUserFileBeatsSystemFile) {

@@ -176,6 +176,40 @@ TEST(StoreTest, HitsNeverWriteTheIndexTheyGoToTheUsageJournal) {
   EXPECT_FALSE(std::filesystem::exists(dir / "usage"));
 }
 
+TEST(StoreTest, AnUnreadableUsageJournalIsOneNoticeAndTheIndexStillAnswers) {
+  // Another user's journal in a shared cache folder cannot be read. Tests run as root, who
+  // reads any file, so a folder in the journal's place stands for it (read(2): EISDIR).
+  testing::TempDir dir;
+  auto r = record_for("op_j");
+  ASSERT_TRUE(Store::open(dir.path()).value()->put(r, "bytes").ok());
+  ASSERT_EQ(::mkdir((dir / "usage").c_str(), 0700), 0);
+  std::vector<std::string> notices;
+  StoreOptions options;
+  options.report_notice = [&](const std::string& m) { notices.push_back(m); };
+  {
+    auto store = Store::open(dir.path(), options).value();
+    auto stats = store->statistics();
+    ASSERT_TRUE(stats.ok()) << stats.status().message();
+    EXPECT_EQ(stats->artifacts, 1u);
+    EXPECT_TRUE(store->statistics().ok());
+    ASSERT_EQ(notices.size(), 1u);
+    EXPECT_NE(notices[0].find("cannot read the usage journal " + dir / "usage.folding."), std::string::npos) << notices[0];
+  }
+  // Left for a process that can read it, not deleted.
+  int kept = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir.path()))
+    kept += e.path().filename().string().rfind("usage.folding.", 0) == 0 && e.is_directory();
+  EXPECT_EQ(kept, 1);
+  // One that cannot be appended to: the hits of this process go uncounted, the query answers.
+  notices.clear();
+  ASSERT_EQ(::mkdir((dir / "usage").c_str(), 0700), 0);
+  auto store = Store::open(dir.path(), options).value();
+  EXPECT_TRUE(store->get(r.key)->has_value());
+  EXPECT_TRUE(store->statistics().ok());
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("cannot append to the usage journal " + dir / "usage"), std::string::npos) << notices[0];
+}
+
 TEST(StoreTest, PastItsCapTheLeastRecentlyUsedAreEvicted) {
   testing::TempDir dir;
   StoreOptions options;

@@ -50,14 +50,14 @@ testing::TempDir* FileMemoTest::s_dir = nullptr;
 
 TEST_F(FileMemoTest, ASettledFileIsRememberedByTheNextProcess) {
   FileMemo& memo = FileMemo::instance();
-  memo.attach(memo_file());
+  ASSERT_TRUE(memo.attach(memo_file()).ok());
   std::string path = *s_dir / "a.h";
   Hash128 hash = memo_file_hash(path).value();
   EXPECT_EQ(hash, xxh3_128("int a;\n"));
   ASSERT_TRUE(memo.save().ok());
   // A new process: nothing in memory, the memo file on disk.
   memo.reset_for_testing();
-  memo.attach(memo_file());
+  ASSERT_TRUE(memo.attach(memo_file()).ok());
   auto remembered = memo.get("hash", path, file_stamp(path)->digest());
   ASSERT_TRUE(remembered.has_value());
   EXPECT_EQ(*remembered, hash.hex());
@@ -78,14 +78,14 @@ TEST_F(FileMemoTest, AChangedFileIsReadAgain) {
 TEST_F(FileMemoTest, AFileThatHasNotSettledIsNotRemembered) {
   testing::TempDir dir;
   dir.write("fresh.h", "fresh\n");
-  FileMemo::instance().attach(memo_file());
+  ASSERT_TRUE(FileMemo::instance().attach(memo_file()).ok());
   EXPECT_EQ(memo_file_hash(dir / "fresh.h").value(), xxh3_128("fresh\n"));
   EXPECT_FALSE(FileMemo::instance().get("hash", dir / "fresh.h", file_stamp(dir / "fresh.h")->digest()).has_value());
 }
 
 TEST_F(FileMemoTest, SavingWithNothingNewWritesNothing) {
   FileMemo& memo = FileMemo::instance();
-  memo.attach(memo_file());
+  ASSERT_TRUE(memo.attach(memo_file()).ok());
   (void)memo_file_hash(*s_dir / "a.h");
   ASSERT_TRUE(memo.save().ok());
   struct stat before{};
@@ -101,7 +101,7 @@ TEST_F(FileMemoTest, ADamagedMemoFileIsAnEmptyMemo) {
   testing::TempDir dir;
   dir.write("memo", std::string("kind\tpath\tnot-a-hash\tvalue\n\x01\x02 garbage without newline", 48));
   FileMemo& memo = FileMemo::instance();
-  memo.attach(dir / "memo");
+  ASSERT_TRUE(memo.attach(dir / "memo").ok());
   EXPECT_EQ(memo_file_hash(*s_dir / "a.h").value(), xxh3_128("int a;\n"));
   EXPECT_TRUE(memo.save().ok());
   EXPECT_NE(read_file(dir / "memo")->find(*s_dir / "a.h"), std::string::npos);
@@ -138,6 +138,21 @@ TEST_F(FileMemoTest, ManyFilesAtOnceSeeAnEditedOneAndSayWhichIsGone) {
   auto gone = memo_files_hash(paths);
   ASSERT_FALSE(gone.ok());
   EXPECT_NE(gone.status().message().find(dir / "d3/f299.h"), std::string::npos) << gone.status().message();
+}
+
+TEST_F(FileMemoTest, AMemoFileThatCannotBeReadIsSaidAndTheMemoStillWorks) {
+  // As root every file is readable: a folder in the memo's place stands for one that is not.
+  testing::TempDir dir;
+  ASSERT_EQ(::mkdir((dir / "memo").c_str(), 0700), 0);
+  FileMemo& memo = FileMemo::instance();
+  Status st = memo.attach(dir / "memo");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("cannot read the file memo " + dir / "memo"), std::string::npos) << st.message();
+  EXPECT_EQ(memo_file_hash(*s_dir / "a.h").value(), xxh3_128("int a;\n"));
+  EXPECT_TRUE(memo.get("hash", *s_dir / "a.h", file_stamp(*s_dir / "a.h")->digest()).has_value()) << "remembered in this process";
+  // A missing memo is no reason to say anything.
+  memo.reset_for_testing();
+  EXPECT_TRUE(memo.attach(dir / "absent").ok());
 }
 
 TEST_F(FileMemoTest, AFolderDigestCoversNamesAndContentNotWhereTheFolderIs) {
