@@ -439,7 +439,8 @@ def _write_if_changed(path, text):
 def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functions=None, extra_cflags=None,
                 extra_cuda_cflags=None, extra_sycl_cflags=None, extra_ldflags=None, extra_include_paths=None,
                 build_directory=None, verbose=False, with_cuda=None, with_sycl=None, is_python_module=True,
-                with_pytorch_error_handling=True, keep_intermediates=True, use_pch=False, no_implicit_headers=False):
+                with_pytorch_error_handling=True, keep_intermediates=True, use_pch=False, no_implicit_headers=False,
+                gil_not_used=False):
     """torch.utils.cpp_extension.load_inline, built and cached by kiln: the sources are written to
     build_directory/main.cpp (so diagnostics point at a file you can open), with
     #include <torch/extension.h> first and one m.def per entry of `functions`."""
@@ -453,7 +454,10 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
             functions = {f: "" for f in functions}
         elif not isinstance(functions, dict):
             raise ValueError("Expected 'functions' to be a list or dict, but was %s" % type(functions))
-        text.append("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {")
+        # gil_not_used (torch >= 2.6): the bindings declare that a free-threaded Python may run them
+        # without the GIL, as torch writes them.
+        text.append("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, pybind11::mod_gil_not_used()) {" if gil_not_used
+                    else "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {")
         for function, doc in functions.items():
             wrapped = "torch::wrap_pybind_function(%s)" % function if with_pytorch_error_handling else function
             text.append('m.def("%s", %s, "%s");' % (function, wrapped, doc or function))

@@ -137,6 +137,30 @@ def test_load_inline_writes_bindings_for_functions():
         kiln.torch.load_inline(name="kiln_inline_bad", cpp_sources=source, functions=42)
 
 
+def test_every_parameter_of_the_running_torchs_loaders_is_taken_in_its_place():
+    # A drop-in: whatever this torch's load/load_inline take by name, kiln's take, in the same order
+    # (kiln's follow the newest torch; an older torch lacks some, e.g. 1.13 has no SYCL arguments).
+    import inspect
+    import torch.utils.cpp_extension as cpp_extension
+    for name in ("load", "load_inline"):
+        theirs = list(inspect.signature(getattr(cpp_extension, name)).parameters)
+        ours = list(inspect.signature(getattr(kiln.torch, name)).parameters)
+        assert set(theirs) <= set(ours), (name, set(theirs) - set(ours))
+        assert [p for p in ours if p in theirs] == theirs, (name, theirs, ours)
+
+
+def test_load_inline_gil_not_used_declares_it_in_the_bindings():
+    import inspect
+    import torch.utils.cpp_extension as cpp_extension
+    if "gil_not_used" not in inspect.signature(cpp_extension.load_inline).parameters:
+        pytest.skip("torch %s's load_inline has no gil_not_used (torch >= 2.6 has)" % torch.__version__)
+    source = "torch::Tensor negate(torch::Tensor x) { return -x; }\n"
+    ext = kiln.torch.load_inline(name="kiln_inline_nogil", cpp_sources=source, functions=["negate"], gil_not_used=True)
+    assert torch.equal(ext.negate(torch.arange(3.0)), -torch.arange(3.0))
+    main = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "kiln_inline_nogil", "main.cpp")
+    assert "pybind11::mod_gil_not_used()" in open(main).read()
+
+
 def test_changed_sources_under_a_loaded_name_load_as_name_v1(tmp_path):
     source = tmp_path / "versioned.cpp"
     source.write_text("#include <torch/extension.h>\nint value() { return 1; }\n"
