@@ -115,6 +115,16 @@ std::optional<std::string> FileMemo::get(std::string_view kind, const std::strin
   return it->second.value;
 }
 
+std::optional<Hash128> FileMemo::get_hash(std::string_view kind, std::string_view path, const Hash128& stamp) {
+  Impl& m = impl();
+  thread_local std::string key;  // reused: a manifest looks up thousands
+  key.assign(kind).append("\t").append(path);
+  std::shared_lock lock(m.mutex);
+  auto it = m.entries.find(key);
+  if (it == m.entries.end() || it->second.stamp != stamp) return std::nullopt;
+  return Hash128::from_hex(it->second.value);
+}
+
 void FileMemo::put(std::string_view kind, const std::string& path, const Hash128& stamp, const std::string& value) {
   if (!storable(kind) || !storable(path) || !storable(value)) return;
   Impl& m = impl();
@@ -196,7 +206,7 @@ void memo_hash_range(const std::vector<std::string>& paths, size_t begin, size_t
     }
     struct stat st{};
     if (fd < 0 || ::fstatat(fd, path.c_str() + slash + 1, &st, 0) != 0) continue;  // symlinks followed, as stat(2)
-    if (auto v = memo.get("hash", path, stamp_of(st).digest())) out[i] = Hash128::from_hex(*v);
+    out[i] = memo.get_hash("hash", path, stamp_of(st).digest());
   }
   if (fd >= 0) ::close(fd);
 }
