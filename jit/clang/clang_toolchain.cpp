@@ -459,13 +459,21 @@ unsigned compile_threads(CompileResult& result) {
 // on the machine that built it.
 constexpr unsigned k_codegen_partitions = 4;
 
-bool compile_host_split(const SourceFile& source, const CompileRequest& request, std::string_view pch, CollectingConsumer& consumer,
-                        CompileResult& result, std::vector<ObjectFile>& objects, unsigned threads) {
+bool compile_host_split(const SourceFile& source, size_t unit_index, const CompileRequest& request, std::string_view pch,
+                        CollectingConsumer& consumer, CompileResult& result, std::vector<ObjectFile>& objects, unsigned threads) {
   llvm::LLVMContext context;
   ModuleOut unit;
   unit.context = &context;
   ObjectFile unused;
   if (!compile_one(source, request, pch, Make::kModule, consumer, result, unused, &unit)) return false;
+  // The split makes locals that parts share hidden globals under their own names (".str.3",
+  // std::__ioinit): two sources of one library would then define the same ones. Each unit's
+  // locals get the unit's number first (deterministic, and nothing outside the library sees them).
+  const std::string suffix = ".kiln.u" + std::to_string(unit_index);
+  auto rename_local = [&](llvm::GlobalValue& g) {
+    if (g.hasLocalLinkage()) g.setName(g.hasName() ? g.getName().str() + suffix : "kiln.unnamed" + suffix);
+  };
+  for (auto& g : unit.module->global_values()) rename_local(g);
   std::string data_layout = unit.module->getDataLayoutStr();
   std::vector<llvm::SmallString<0>> parts;
   llvm::SplitModule(*unit.module, k_codegen_partitions, [&](std::unique_ptr<llvm::Module> part) {
@@ -903,7 +911,7 @@ class ClangToolchain final : public Toolchain {
         if (request.host_library && is_cuda_source(source.path))
           compiled[i] = compile_cuda_unit(source, request, *consumers[i], parts[i], objects[i]);
         else if (split)
-          compiled[i] = compile_host_split(source, request, pch_for(request, i), *consumers[i], parts[i], split_objects[i], codegen_threads);
+          compiled[i] = compile_host_split(source, i, request, pch_for(request, i), *consumers[i], parts[i], split_objects[i], codegen_threads);
         else
           compiled[i] = compile_one(source, request, pch_for(request, i), Make::kCode, *consumers[i], parts[i], objects[i]);
       }

@@ -11,6 +11,8 @@ from conftest import run_python
 SOURCE = r"""
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iostream>
 
 namespace {
 int g_initialised = 0;
@@ -30,6 +32,9 @@ typedef double (*unary)(double);
 static double twice(double x) { return scale(x) / 1.5; }
 static unary table[] = {twice, scaled_sqrt};
 extern "C" double apply(int which, double x) { return table[which & 1](x); }
+static int shared(int x) { return x * 2 + static_cast<int>(std::strlen("literal")); }
+#define USER(n) extern "C" int first##n(int x) { return shared(x + n) + static_cast<int>(std::strlen("literal")); }
+USER(0) USER(1) USER(2) USER(3) USER(4) USER(5) USER(6) USER(7) USER(8) USER(9) USER(10) USER(11)
 """
 
 BUILD = """
@@ -75,3 +80,34 @@ def test_a_bad_thread_count_is_a_warning_and_the_build_goes_on(tmp_path):
     path, out = build(tmp_path, "lots")
     assert "KILN_COMPILE_THREADS=lots is not a number from 1 to 1024" in out, out
     check(path)
+
+
+# A second unit with locals of the same kind (string literals, an internal static initializer):
+# split into parts, each unit's locals would become hidden globals of the same names.
+SECOND = r"""
+#include <cstring>
+#include <iostream>
+namespace { int g_second = 0; struct Init { Init() { g_second = 7; } } g_init; }
+static const char* greeting() { return "hello from the second unit"; }
+static int shared(int x) { return x * 3 + static_cast<int>(std::strlen(greeting())); }
+#define USER(n) extern "C" int user##n(int x) { return shared(x + n) + static_cast<int>(std::strlen("literal")); }
+USER(0) USER(1) USER(2) USER(3) USER(4) USER(5) USER(6) USER(7) USER(8) USER(9) USER(10) USER(11)
+extern "C" int second_value() { return g_second + static_cast<int>(std::strlen(greeting())); }
+"""
+
+
+def test_two_units_with_locals_of_the_same_names_link_into_one_library(tmp_path):
+    (tmp_path / "split_demo.cpp").write_text(SOURCE)
+    (tmp_path / "second.cpp").write_text(SECOND)
+    out = tmp_path / "two.so"
+    run_python("""
+        import kiln
+        kiln.context("none").build_library("two_units", [%r, %r], flags=["-O2", "-std=c++17"], output=%r)
+        """ % (str(tmp_path / "split_demo.cpp"), str(tmp_path / "second.cpp"), str(out)),
+               env={"KILN_CACHE_DIR": str(tmp_path / "cache"), "KILN_COMPILE_THREADS": "2"})
+    check(out)
+    lib = ctypes.CDLL(str(out))
+    assert lib.second_value() == 7 + len("hello from the second unit")
+    assert lib.user5(1) == (1 + 5) * 3 + len("hello from the second unit") + len("literal")
+    assert lib.first5(1) == (1 + 5) * 2 + 2 * len("literal")
+
