@@ -449,6 +449,28 @@ TEST_F(CudaCompileTest, EditingAToolkitHeaderChangesNvrtcKeys) {
   EXPECT_NE(patched, original);
 }
 
+// CUDA 12.0-12.7's NVRTC has no precompiled headers and fails a compile given -pch (a real 12.6
+// answers NVRTC_ERROR_INVALID_OPTION). kiln asks NVRTC for a PCH only where it has them: a
+// kernel whose first include is a toolkit header (cuda_bf16.h) compiles through such an NVRTC
+// (tests/builders/nvrtc_without_pch.cpp, the real one behind it) to the same PTX.
+TEST_F(CudaCompileTest, AnNvrtcWithoutPrecompiledHeadersCompilesWithoutThem) {
+  std::string real = std::filesystem::canonical(jit::nvrtc_search_paths().front() + "/libnvrtc.so.13").string();
+  auto build = [&](const std::map<std::string, std::string>& env, const std::string& out) {
+    testing::TempDir own_cache;
+    auto r = testing::run_process({testing::kiln_binary(), "--cache-dir", own_cache.path(), "build",
+                                   testing::bundled_spec_dir() + "/adamw.toml", "--target", "cuda:sm_90", "-o", out},
+                                  env);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto bytes = read_file(out);
+    return bytes.ok() ? decode_cuda_module(bytes.value()) : Result<CudaModuleImage>(bytes.status());
+  };
+  auto with_pch = build({}, cache / "with.module");
+  auto without = build({{"KILN_NVRTC_LIBRARY", KILN_NVRTC_WITHOUT_PCH}, {"KILN_TEST_REAL_NVRTC", real}}, cache / "without.module");
+  ASSERT_TRUE(with_pch.ok() && without.ok());
+  EXPECT_EQ(without->ptx, with_pch->ptx);
+  EXPECT_EQ(without->cubins.size(), 1u);
+}
+
 TEST(CudaAbsentTest, MissingNvrtcIsOneClearMessage) {
   testing::TempDir cache;
   auto r = testing::run_process({testing::kiln_binary(), "--cache-dir", cache.path(), "build",
