@@ -457,8 +457,14 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   request.compile.precompiled_headers.clear();
   out.cache = CacheOutcome::kCompiled;
   out.compile_ms = compiled.compile_ms;
+  out.headers_parsed = compiled.headers_parsed;
   out.diagnostics = std::move(compiled.diagnostics);
   out.log = std::move(compiled.log);
+  // What the PCHs saved this compile, in its stored log (`kiln cache show`).
+  if (pch.used)
+    out.log += "kiln: " + std::to_string(pch.used) + " precompiled header" + (pch.used > 1 ? "s" : "") + " used (" +
+               std::to_string(pch.headers.size()) + " headers)" +
+               (compiled.headers_parsed ? ", " + std::to_string(*compiled.headers_parsed) + " headers parsed" : "") + "\n";
   out.success = compiled.success;
   if (compiled.success) {
     out.kind = compiled.kind;
