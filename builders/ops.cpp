@@ -373,8 +373,9 @@ void Ops::publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<
 Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
   Inputs in;
   KILN_ASSIGN_OR_RETURN(in.request, make_build_request(spec, target));
-  // NVRTC for CUDA unless the op (or KILN_CUDA_TOOLCHAIN) asks for Clang's NVPTX path.
-  in.nvrtc = target.backend == "cuda" && cuda_toolchain_for(spec) == "nvrtc";
+  // NVRTC for CUDA unless the op's headers, the op or KILN_CUDA_TOOLCHAIN choose Clang's NVPTX
+  // path (cuda_toolchain_for).
+  in.nvrtc = target.backend == "cuda" && in.request.cuda_toolchain == "nvrtc";
   // Only the identity of what compiles for this target: a cpu key never depends on the CUDA
   // toolkit, and no CUDA library is looked at for a cpu target.
   in.hiprtc = target.backend == "hip" && hip_toolchain_for() == "hiprtc";

@@ -192,7 +192,9 @@ TEST_F(CudaCompileTest, TheClangPathCompilesEveryBundledOpToo) {
     ASSERT_EQ(image.cubins.size(), 2u);
     EXPECT_EQ(image.cubins.at(90).substr(1, 3), "ELF");
     // Not the NVRTC artifact's key, and a hit the second time.
+    ::setenv("KILN_CUDA_TOOLCHAIN", "nvrtc", 1);
     auto nvrtc = ops->build(ops->find_spec(name).value(), target).value();
+    ::unsetenv("KILN_CUDA_TOOLCHAIN");
     EXPECT_NE(nvrtc.key, outcome->key);
     EXPECT_EQ(clang_ops->build(spec, target)->cache, CacheOutcome::kDisk);
   }
@@ -226,7 +228,8 @@ TEST_F(CudaCompileTest, ATemplatedEntryIsFoundThroughItsNameExpression) {
 }
 
 // Kernels written the way frameworks write them: the toolkit's half types, cooperative groups
-// with their reduce, CUB, and libcu++, all through NVRTC with the toolkit's own headers.
+// with their reduce, CUB, and libcu++, with the toolkit's own headers (through NVRTC when asked:
+// by default CUB and cooperative groups take Clang's path, tests/builders/cuda_headers_test.cpp).
 constexpr const char* k_toolkit_kernel = R"(#include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 #include <cuda_fp16.h>
@@ -248,7 +251,10 @@ extern "C" __global__ void toolkit(const float* x, float* y, __nv_bfloat16* z) {
 
 TEST_F(CudaCompileTest, ToolkitHeadersCompileThroughNvrtc) {
   testing::TempDir specs;
+  ::setenv("KILN_CUDA_TOOLCHAIN", "nvrtc", 1);
   auto outcome = build_one_off(specs, "toolkit", "\"const float* x\", \"float* y\", \"void* z\"", k_toolkit_kernel);
+  ::unsetenv("KILN_CUDA_TOOLCHAIN");
+  EXPECT_EQ(outcome.headers_parsed, std::nullopt);  // NVRTC does not say
   ASSERT_TRUE(outcome.success) << outcome.diagnostics_text();
   auto image = decode_cuda_module(outcome.artifact).value();
   EXPECT_NE(image.ptx.find(".entry toolkit"), std::string::npos);
