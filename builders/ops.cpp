@@ -439,6 +439,7 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
                                                     : in.hiprtc ? jit::load_hiprtc_toolchain()
                                                                 : jit::load_clang_toolchain());
   m_compiles.fetch_add(1);
+  KILN_LOG_AT(kDebug, "compile", "op " + spec.name + ": " + toolchain->version() + " loaded");
   // Stored precompiled headers for the sources' include prefixes, or their builds started.
   PchUse pch;
   if (m_pchs && !nvrtc && !in.hiprtc) pch = m_pchs->prepare(request, identity, *toolchain);
