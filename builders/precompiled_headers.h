@@ -15,9 +15,11 @@
 // PCHs are stored uncompressed and read in place (Store::map): every compile that uses one reads
 // all of it, and CUB's (32 MB) costs 67 ms to read and decompress, ~2 ms mapped.
 //
-// The first compile of a prefix does not wait for its PCH: the PCH is built beside it on
+// The first compile of a C++ prefix does not wait for its PCH: the PCH is built beside it on
 // another thread and stored when done; compiles that need it meanwhile wait for that build
-// instead of parsing the headers again. Across processes, a lock per PCH key lets one build it.
+// instead of parsing the headers again. A CUDA compile against the toolkit's headers, or several
+// sources that share a prefix, build the PCH first and compile with it. Across processes, a
+// lock per PCH key lets one build it.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
