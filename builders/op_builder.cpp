@@ -115,9 +115,11 @@ bool is_heavy_cuda_header(std::string_view header) {
   // 2026-11-25): cub/block/block_reduce.cuh 1065 ms, cooperative_groups/reduce.h 920,
   // cooperative_groups.h 762, thrust/functional.h 751, cuda/std/atomic 729; against
   // cuda_fp16.h 28, cuda_bf16.h 32, cuda_pipeline.h 34, mma.h 54, no header 22. Through Clang
-  // with their PCH stored, CUB's and cooperative groups' kernels compile in 0.15-0.2 s; a
-  // cuda_bf16.h kernel takes ~0.1 s there (Clang's CUDA wrapper headers come with it), more than
-  // NVRTC's 25-40 ms. A light libcu++ header (cuda/std/cstdint, 31 ms) goes with its library.
+  // with their PCH stored, reduce_sum (CUB) and layer_norm (cooperative groups) compile to a
+  // cubin in 48 and 130 ms where NVRTC takes 374 and 310 (tools/bench/compare, resident). A
+  // cuda_bf16.h kernel gains 10-30 ms there (gelu 26 ms, NVRTC 55), but its first compile on a
+  // node would parse Clang's CUDA wrapper headers for ~1 s to make the PCH, where NVRTC takes
+  // 30 ms: not worth it. A light libcu++ header (cuda/std/cstdint, 31 ms) goes with its library.
   for (std::string_view library : {"cub/", "thrust/", "cuda/", "nv/", "cooperative_groups"})
     if (header.substr(0, library.size()) == library) return true;
   return false;
