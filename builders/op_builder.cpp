@@ -5,6 +5,7 @@
 #include <set>
 
 #include "cache/cache_key.h"
+#include "jit/toolchain_loader.h"
 #include "kiln/cpu_kernel.h"
 #include "support/install_paths.h"
 #include "support/file_memo.h"
@@ -109,10 +110,31 @@ std::string hip_toolchain_for() {
   return env && std::string(env) == "hiprtc" ? "hiprtc" : "clang";
 }
 
-std::string cuda_toolchain_for(const OpSpec& spec) {
-  if (const char* env = std::getenv("KILN_CUDA_TOOLCHAIN"); env && (std::string(env) == "clang" || std::string(env) == "nvrtc"))
-    return env;
-  return spec.cuda ? spec.cuda->toolchain : "nvrtc";
+bool is_heavy_cuda_header(std::string_view header) {
+  // NVRTC 13.0 compiling a one-line kernel that includes the header (best of 3, this machine,
+  // 2026-11-25): cub/block/block_reduce.cuh 1065 ms, cooperative_groups/reduce.h 920,
+  // cooperative_groups.h 762, thrust/functional.h 751, cuda/std/atomic 729; against
+  // cuda_fp16.h 28, cuda_bf16.h 32, cuda_pipeline.h 34, mma.h 54, no header 22. Through Clang
+  // with their PCH stored, reduce_sum (CUB) and layer_norm (cooperative groups) compile to a
+  // cubin in 48 and 130 ms where NVRTC takes 374 and 310 (tools/bench/compare, resident). A
+  // cuda_bf16.h kernel gains 10-30 ms there (gelu 26 ms, NVRTC 55), but its first compile on a
+  // node would parse Clang's CUDA wrapper headers for ~1 s to make the PCH, where NVRTC takes
+  // 30 ms: not worth it. A light libcu++ header (cuda/std/cstdint, 31 ms) goes with its library.
+  for (std::string_view library : {"cub/", "thrust/", "cuda/", "nv/", "cooperative_groups"})
+    if (header.substr(0, library.size()) == library) return true;
+  return false;
+}
+
+std::string cuda_toolchain_for(const OpSpec& spec, const std::vector<jit::SourceFile>& sources) {
+  std::string asked = spec.cuda ? spec.cuda->toolchain : "auto";
+  if (const char* env = std::getenv("KILN_CUDA_TOOLCHAIN");
+      env && (std::string(env) == "auto" || std::string(env) == "clang" || std::string(env) == "nvrtc"))
+    asked = env;
+  if (asked != "auto") return asked;
+  for (auto& source : sources)
+    for (std::string_view header : jit::angled_includes(source.text))
+      if (is_heavy_cuda_header(header)) return jit::clang_toolchain_present() ? "clang" : "nvrtc";
+  return "nvrtc";
 }
 
 static std::string entry_source_name(const OpSpec& spec) { return ".kiln-entry-" + spec.name + ".cpp"; }
@@ -245,7 +267,8 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked)
     r.compile.flags = spec.cuda->flags;
     for (auto& e : spec.entries)
       if (!e.instance_for("cuda").empty()) r.compile.name_expressions.push_back(e.instance_for("cuda"));
-    if (cuda_toolchain_for(spec) == "clang") {
+    r.cuda_toolchain = cuda_toolchain_for(spec, r.compile.sources);
+    if (r.cuda_toolchain == "clang") {
       // Kiln's prelude for self-contained kernels (a few ms); the CUDA toolkit's headers, through
       // Clang's wrapper headers, for a kernel that includes any header in <...>.
       for (auto& src : r.compile.sources) r.compile.cuda_toolkit_headers = r.compile.cuda_toolkit_headers || jit::has_angled_include(src.text);

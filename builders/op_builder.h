@@ -25,6 +25,7 @@ struct BuildRequest {
   Target target;  // what the artifact is for: the one asked, or a cpu level its flags raised
   std::vector<std::string> notes;  // for the person who asked (a raised level)
   jit::CompileRequest compile;                    // sources include the generated entry TU
+  std::string cuda_toolchain;                     // cuda targets: "nvrtc" or "clang" (cuda_toolchain_for)
   std::vector<runtime::KernelSignature> kernels;  // entries, then the check's reference
 };
 
@@ -46,9 +47,16 @@ std::string hip_device_include_dir();
 // Which toolchain compiles hip targets: $KILN_HIP_TOOLCHAIN ("clang", the default, or "hiprtc").
 std::string hip_toolchain_for();
 
-// Which toolchain compiles an op's CUDA: $KILN_CUDA_TOOLCHAIN ("nvrtc" or "clang") when set,
-// else the spec's [cuda] toolchain.
-std::string cuda_toolchain_for(const OpSpec& spec);
+// Which toolchain compiles an op's CUDA sources for a cuda target, "nvrtc" or "clang":
+// $KILN_CUDA_TOOLCHAIN ("auto", "nvrtc" or "clang") when set, else the spec's [cuda] toolchain.
+// "auto" (the default) is Clang's NVPTX path for sources that include a header of CCCL (CUB,
+// Thrust, libcu++: cub/, thrust/, cuda/, nv/) or of cooperative groups, where this node has the
+// Clang toolchain, and NVRTC otherwise. NVRTC parses those headers for about a second in every
+// compile and cannot keep the parse across processes; Clang keeps it as a PCH artifact.
+std::string cuda_toolchain_for(const OpSpec& spec, const std::vector<jit::SourceFile>& sources);
+
+// True for a header in <...> that "auto" compiles through Clang (see cuda_toolchain_for).
+bool is_heavy_cuda_header(std::string_view header);
 
 // Keys. The input key covers everything known before compiling: toolchain identity, target,
 // language, options, entry points and every source (paths relative to the spec's folder).

@@ -379,8 +379,9 @@ void Ops::publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<
 Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
   Inputs in;
   KILN_ASSIGN_OR_RETURN(in.request, make_build_request(spec, target));
-  // NVRTC for CUDA unless the op (or KILN_CUDA_TOOLCHAIN) asks for Clang's NVPTX path.
-  in.nvrtc = target.backend == "cuda" && cuda_toolchain_for(spec) == "nvrtc";
+  // NVRTC for CUDA unless the op's headers, the op or KILN_CUDA_TOOLCHAIN choose Clang's NVPTX
+  // path (cuda_toolchain_for).
+  in.nvrtc = target.backend == "cuda" && in.request.cuda_toolchain == "nvrtc";
   // Only the identity of what compiles for this target: a cpu key never depends on the CUDA
   // toolkit, and no CUDA library is looked at for a cpu target.
   in.hiprtc = target.backend == "hip" && hip_toolchain_for() == "hiprtc";
@@ -444,6 +445,7 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
                                                     : in.hiprtc ? jit::load_hiprtc_toolchain()
                                                                 : jit::load_clang_toolchain());
   m_compiles.fetch_add(1);
+  KILN_LOG_AT(kDebug, "compile", "op " + spec.name + ": " + toolchain->version() + " loaded");
   // Stored precompiled headers for the sources' include prefixes, or their builds started.
   PchUse pch;
   if (m_pchs && !nvrtc && !in.hiprtc) pch = m_pchs->prepare(request, identity, *toolchain);
@@ -463,8 +465,14 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   request.compile.precompiled_headers.clear();
   out.cache = CacheOutcome::kCompiled;
   out.compile_ms = compiled.compile_ms;
+  out.headers_parsed = compiled.headers_parsed;
   out.diagnostics = std::move(compiled.diagnostics);
   out.log = std::move(compiled.log);
+  // What the PCHs saved this compile, in its stored log (`kiln cache show`).
+  if (pch.used)
+    out.log += "kiln: " + std::to_string(pch.used) + " precompiled header" + (pch.used > 1 ? "s" : "") + " used (" +
+               std::to_string(pch.headers.size()) + " headers)" +
+               (compiled.headers_parsed ? ", " + std::to_string(*compiled.headers_parsed) + " headers parsed" : "") + "\n";
   out.success = compiled.success;
   if (compiled.success) {
     out.kind = compiled.kind;

@@ -54,6 +54,9 @@ struct BuildOutcome {
   // Precompiled headers on a compile: how many sources used a stored one, how many were
   // started in the background for the next compile (builders/precompiled_headers.h).
   size_t pch_used = 0, pch_building = 0;
+  // On a compile, how many headers the compiler parsed itself rather than read from a PCH (0:
+  // every header came from one); empty when the toolchain does not say (NVRTC).
+  std::optional<size_t> headers_parsed;
   std::string kind;
   std::string artifact;  // the bytes (empty after load)
   std::vector<runtime::KernelSignature> kernels;

@@ -543,8 +543,8 @@ class SpecParser {
     }
     if (t->get("toolchain")) {
       KILN_ASSIGN_OR_RETURN(c.toolchain, required_string(*t, "toolchain"));
-      if (c.toolchain != "nvrtc" && c.toolchain != "clang")
-        return spec_error(pos_of(*t->get("toolchain")), "[cuda] toolchain must be \"nvrtc\" or \"clang\"");
+      if (c.toolchain != "auto" && c.toolchain != "nvrtc" && c.toolchain != "clang")
+        return spec_error(pos_of(*t->get("toolchain")), "[cuda] toolchain must be \"auto\", \"nvrtc\" or \"clang\"");
     }
     spec.cuda = std::move(c);
     return {};

@@ -49,10 +49,10 @@ Result<std::string> decompress(std::string_view frame, uint64_t expected, const 
   return out;
 }
 
-EncodedBlob encode_blob(std::string_view content, std::string_view metadata, ContentCodec content_codec) {
+EncodedBlob encode_blob(std::string_view content, std::string_view metadata, Compression compression) {
   EncodedBlob blob;
   blob.content_hash = xxh3_128(content);
-  auto packed_content = content_codec == ContentCodec::kStored ? std::nullopt : compress(content);
+  auto packed_content = compression == Compression::kNone ? std::nullopt : compress(content);
   auto packed_meta = compress(metadata);
   std::string_view payload = packed_content ? std::string_view(*packed_content) : content;
   std::string_view meta = packed_meta ? std::string_view(*packed_meta) : metadata;
@@ -74,41 +74,72 @@ EncodedBlob encode_blob(std::string_view content, std::string_view metadata, Con
   return blob;
 }
 
-Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata) {
-  auto damaged = [](std::string what) { return Status(StatusCode::kDataLoss, "damaged blob: " + what); };
+namespace {
+
+// A blob's sections, their sizes checked against the file and its metadata decoded and checked
+// (when asked); the content is left to the caller.
+struct Sections {
+  uint64_t codec = 0, raw_size = 0, stored_size = 0;
+  std::string_view payload;
+  std::string metadata;
+};
+
+Status damaged(const std::string& what) { return Status(StatusCode::kDataLoss, "damaged blob: " + what); }
+
+Result<Sections> read_sections(std::string_view file, bool with_metadata) {
   if (file.size() < k_blob_header_size)
     return damaged("truncated header (" + std::to_string(file.size()) + " bytes)");
   if (std::memcmp(file.data(), k_magic, sizeof k_magic) != 0) return damaged("bad magic");
   if (uint64_t v = get_le(file, 8, 4); v != k_format_version) return damaged("unknown format version " + std::to_string(v));
-  uint64_t codec = get_le(file, 12, 4);
-  uint64_t raw_size = get_le(file, 16, 8);
-  uint64_t stored_size = get_le(file, 24, 8);
+  Sections out;
+  out.codec = get_le(file, 12, 4);
+  out.raw_size = get_le(file, 16, 8);
+  out.stored_size = get_le(file, 24, 8);
   uint64_t meta_size = get_le(file, 48, 8);
   uint64_t meta_stored = get_le(file, 72, 8);
-  if (codec > (k_content_zstd | k_metadata_zstd)) return damaged("unknown codec " + std::to_string(codec));
+  if (out.codec > (k_content_zstd | k_metadata_zstd)) return damaged("unknown codec " + std::to_string(out.codec));
   std::string_view rest = file.substr(k_blob_header_size);
-  if (meta_stored > rest.size() || stored_size != rest.size() - meta_stored)
+  if (meta_stored > rest.size() || out.stored_size != rest.size() - meta_stored)
     return damaged("sections are " + std::to_string(rest.size()) + " bytes, header says " + std::to_string(meta_stored) +
-                   " + " + std::to_string(stored_size));
-  if (raw_size > k_max_raw_size || meta_size > k_max_raw_size) return damaged("implausible size");
-  std::string_view meta = rest.substr(0, meta_stored), payload = rest.substr(meta_stored);
-  DecodedBlob out;
+                   " + " + std::to_string(out.stored_size));
+  if (out.raw_size > k_max_raw_size || meta_size > k_max_raw_size) return damaged("implausible size");
+  std::string_view meta = rest.substr(0, meta_stored);
+  out.payload = rest.substr(meta_stored);
   if (!with_metadata) {
     // Not decoded.
-  } else if (codec & k_metadata_zstd) {
+  } else if (out.codec & k_metadata_zstd) {
     KILN_ASSIGN_OR_RETURN(out.metadata, decompress(meta, meta_size, "metadata"));
   } else {
     if (meta_size != meta_stored) return damaged("metadata size mismatch");
     out.metadata.assign(meta);
   }
   if (with_metadata && xxh3_128(out.metadata) != get_hash(file, 56)) return damaged("metadata hash mismatch");
-  if (codec & k_content_zstd) {
-    KILN_ASSIGN_OR_RETURN(out.content, decompress(payload, raw_size, "content"));
+  if (!(out.codec & k_content_zstd) && out.raw_size != out.stored_size) return damaged("size mismatch in an uncompressed blob");
+  return out;
+}
+
+}  // namespace
+
+Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata) {
+  KILN_ASSIGN_OR_RETURN(Sections sections, read_sections(file, with_metadata));
+  DecodedBlob out;
+  out.metadata = std::move(sections.metadata);
+  if (sections.codec & k_content_zstd) {
+    KILN_ASSIGN_OR_RETURN(out.content, decompress(sections.payload, sections.raw_size, "content"));
   } else {
-    if (raw_size != stored_size) return damaged("size mismatch in an uncompressed blob");
-    out.content.assign(payload);
+    out.content.assign(sections.payload);
   }
   if (xxh3_128(out.content) != get_hash(file, 32)) return damaged("content hash mismatch");
+  return out;
+}
+
+Result<BlobInPlace> decode_blob_in_place(std::string_view file) {
+  KILN_ASSIGN_OR_RETURN(Sections sections, read_sections(file, /*with_metadata=*/true));
+  BlobInPlace out;
+  out.metadata = std::move(sections.metadata);
+  if (sections.codec & k_content_zstd) return out;
+  if (xxh3_128(sections.payload) != get_hash(file, 32)) return damaged("content hash mismatch");
+  out.content = sections.payload;
   return out;
 }
 

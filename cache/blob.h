@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,13 +38,12 @@ struct EncodedBlob {
   Hash128 content_hash;  // of the raw content
 };
 
-// How a blob's content is kept: zstd when that makes it smaller (the default), or as it is, for
-// content every use reads whole and soon (a precompiled header: decompressing torch's 133 MB one
-// cost 150 ms of each 2.5 s compile that used it, reading it as it is ~10 ms).
-enum class ContentCodec { kZstdWhenSmaller, kStored };
+// Whether the content may be compressed: when that pays (the default), or never, for content
+// read on every compile that uses it, which Store::map then reads in place instead of copying.
+enum class Compression { kWhenItPays, kNone };
 
 EncodedBlob encode_blob(std::string_view content, std::string_view metadata = {},
-                        ContentCodec codec = ContentCodec::kZstdWhenSmaller);
+                        Compression compression = Compression::kWhenItPays);
 
 struct DecodedBlob {
   std::string content;
@@ -55,6 +55,14 @@ struct DecodedBlob {
 // `with_metadata` false skips decoding and checking the metadata (the hit path reads its
 // fields from the index; verify and rebuild_index check it).
 Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata = true);
+
+// The same checks without copying the content: `content` views `file` when the content is stored
+// as is, and is empty (std::nullopt) when it is compressed (then decode_blob decodes it).
+struct BlobInPlace {
+  std::string metadata;
+  std::optional<std::string_view> content;
+};
+Result<BlobInPlace> decode_blob_in_place(std::string_view file);
 
 // The hash of the raw content a blob's header records (check the blob with decode_blob first).
 Hash128 blob_content_hash(std::string_view file);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -305,41 +306,104 @@ Result<std::optional<Artifact>> Store::get(const Hash128& key) {
   // The blob alone: it carries the artifact's record and the hashes of both.
   auto file = read_file(blob_path(key));
   if (!file.ok()) {
-    if (file.status().code() != StatusCode::kNotFound) return file.status();
-    // Not stored, or listed in the index but gone: look there, so a lost blob is repaired
-    // (its row removed, counted). Only a miss pays for this, and a compile follows it.
-    std::lock_guard lock(m_mutex);
-    if (!ensure_index_locked().ok()) return std::optional<Artifact>();
-    sqlite3_stmt* s = prepare("SELECT op, target FROM artifacts WHERE key = ?");
-    if (!s) return std::optional<Artifact>();
-    StatementReset reset{s};
-    sqlite3_bind_blob(s, 1, key.bytes.data(), 16, SQLITE_STATIC);
-    if (sqlite3_step(s) == SQLITE_ROW) {
-      std::string what = column_text(s, 0) + ", " + column_text(s, 1);
-      sqlite3_reset(s);
-      repair_locked(key, what, "blob missing");
-    }
+    KILN_RETURN_IF_ERROR(missing(key, file.status()));
     return std::optional<Artifact>();
   }
   if (blob_format_version(file.value()) > k_blob_format_version)
     return std::optional<Artifact>();  // written by a newer kiln: not ours to read, nor to remove
   Result<DecodedBlob> blob = decode_blob(file.value());
   Result<ArtifactRecord> record = blob.ok() ? decode_record(blob->metadata) : Result<ArtifactRecord>(blob.status());
-  if (!record.ok() || !(record->key == key) || blob->content.size() != record->size) {
-    std::string why = !record.ok() ? record.status().message()
-                                   : !(record->key == key) ? "it holds the artifact of another key" : "its size is wrong";
-    std::lock_guard lock(m_mutex);
-    repair_locked(key, record.ok() ? record->op + ", " + record->target : "unknown op", why);
-    return std::optional<Artifact>();
-  }
+  if (!checked(key, record, blob.ok() ? blob->content.size() : 0)) return std::optional<Artifact>();
   Artifact a;
   a.record = std::move(record).value();
   a.record.stored_size = file->size();
   a.bytes = std::move(blob->content);
+  count_hit(key);
+  return std::optional<Artifact>(std::move(a));
+}
+
+namespace {
+
+// A blob file mapped read-only for as long as a MappedArtifact holds it.
+struct Mapping {
+  void* address = MAP_FAILED;
+  size_t size = 0;
+  ~Mapping() {
+    if (address != MAP_FAILED) ::munmap(address, size);
+  }
+};
+
+}  // namespace
+
+Result<std::optional<MappedArtifact>> Store::map(const Hash128& key) {
+  std::string path = blob_path(key);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    KILN_RETURN_IF_ERROR(missing(key, errno == ENOENT ? not_found(path) : errno_status("open " + path, errno)));
+    return std::optional<MappedArtifact>();
+  }
+  struct stat st{};
+  auto mapping = std::make_shared<Mapping>();
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+    mapping->size = static_cast<size_t>(st.st_size);
+    // Blobs are replaced by rename, never written in place: the mapped file cannot change.
+    mapping->address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  }
+  int err = errno;
+  ::close(fd);
+  if (mapping->address == MAP_FAILED) {
+    if (st.st_size > 0) return errno_status("mmap " + path, err);
+    mapping->size = 0;  // empty: fails its checks below
+  }
+  std::string_view file(mapping->address == MAP_FAILED ? "" : static_cast<const char*>(mapping->address), mapping->size);
+  if (blob_format_version(file) > k_blob_format_version) return std::optional<MappedArtifact>();
+  Result<BlobInPlace> blob = decode_blob_in_place(file);
+  if (blob.ok() && !blob->content) {
+    // Compressed: decoded into memory of its own, as get() does.
+    KILN_ASSIGN_OR_RETURN(std::optional<Artifact> got, get(key));
+    if (!got) return std::optional<MappedArtifact>();
+    auto owned = std::make_shared<const std::string>(std::move(got->bytes));
+    return std::optional<MappedArtifact>(MappedArtifact{std::move(got->record), *owned, owned});
+  }
+  Result<ArtifactRecord> record = blob.ok() ? decode_record(blob->metadata) : Result<ArtifactRecord>(blob.status());
+  if (!checked(key, record, blob.ok() ? blob->content->size() : 0)) return std::optional<MappedArtifact>();
+  MappedArtifact a{std::move(record).value(), *blob->content, mapping};
+  a.record.stored_size = mapping->size;
+  count_hit(key);
+  return std::optional<MappedArtifact>(std::move(a));
+}
+
+Status Store::missing(const Hash128& key, const Status& why) {
+  if (why.code() != StatusCode::kNotFound) return why;
+  // Not stored, or listed in the index but gone: look there, so a lost blob is repaired
+  // (its row removed, counted). Only a miss pays for this, and a compile follows it.
+  std::lock_guard lock(m_mutex);
+  if (!ensure_index_locked().ok()) return {};
+  sqlite3_stmt* s = prepare("SELECT op, target FROM artifacts WHERE key = ?");
+  if (!s) return {};
+  StatementReset reset{s};
+  sqlite3_bind_blob(s, 1, key.bytes.data(), 16, SQLITE_STATIC);
+  if (sqlite3_step(s) == SQLITE_ROW) {
+    std::string what = column_text(s, 0) + ", " + column_text(s, 1);
+    sqlite3_reset(s);
+    repair_locked(key, what, "blob missing");
+  }
+  return {};
+}
+
+bool Store::checked(const Hash128& key, const Result<ArtifactRecord>& record, uint64_t content_size) {
+  if (record.ok() && record->key == key && content_size == record->size) return true;
+  std::string why = !record.ok() ? record.status().message()
+                                 : !(record->key == key) ? "it holds the artifact of another key" : "its size is wrong";
+  std::lock_guard lock(m_mutex);
+  repair_locked(key, record.ok() ? record->op + ", " + record->target : "unknown op", why);
+  return false;
+}
+
+void Store::count_hit(const Hash128& key) {
   std::lock_guard lock(m_mutex);
   ++m_pending_hits[key];
   if (m_pending_hits.size() >= k_usage_flush_threshold) (void)flush_locked();
-  return std::optional<Artifact>(std::move(a));
 }
 
 void Store::repair_locked(const Hash128& key, const std::string& what, const std::string& why) {
@@ -383,12 +447,11 @@ Status Store::insert_locked(const ArtifactRecord& r, uint64_t stored_size, const
   return {};
 }
 
-Status Store::put(const ArtifactRecord& r, std::string_view bytes) {
+Status Store::put(const ArtifactRecord& r, std::string_view bytes, Compression compression) {
   ArtifactRecord record = r;
   record.size = bytes.size();
   if (!record.created) record.created = now_seconds();
-  // Precompiled headers are read whole by every compile that uses them: kept as they are.
-  EncodedBlob blob = encode_blob(bytes, encode_record(record), record.kind == "pch" ? ContentCodec::kStored : ContentCodec::kZstdWhenSmaller);
+  EncodedBlob blob = encode_blob(bytes, encode_record(record), compression);
   std::lock_guard lock(m_mutex);
   return publish_locked(record, blob.bytes, blob.content_hash, /*durable=*/true);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -107,6 +108,9 @@ struct CompileResult {
   std::vector<std::string> missing_files;
   std::string log;        // the compiler's output, as text
   double compile_ms = 0;
+  // How many header files the compiler's preprocessor read itself, not through a precompiled
+  // header: 0 when a PCH stood for every header. Empty when the toolchain does not say (NVRTC).
+  std::optional<size_t> headers_parsed;
   // For each requested name expression, its symbol in the artifact (the mangled name).
   std::vector<std::pair<std::string, std::string>> lowered_names;
 };

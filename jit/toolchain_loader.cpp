@@ -26,6 +26,14 @@ constexpr const char* k_library_name = "libkiln_jit_clang.so";
 
 std::string clang_toolchain_library_path() { return find_kiln_file(k_library_name, "KILN_JIT_LIBRARY", KILN_JIT_BUILD_PATH); }
 
+bool clang_toolchain_present() {
+  static const bool present = [] {
+    std::string library = clang_toolchain_library_path();
+    return !library.empty() && !std::string(KILN_LIBCLANG_CPP_PATH).empty() && ::access(library.c_str(), R_OK) == 0;
+  }();
+  return present;
+}
+
 Result<std::string> clang_toolchain_identity() {
   static std::once_flag once;
   static Result<std::string> identity = not_found("");

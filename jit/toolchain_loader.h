@@ -27,6 +27,11 @@ Result<std::string> clang_cuda_toolchain_identity();
 // helper that runs the SPIR-V back end's last step (jit/toolchain.h).
 Result<std::string> clang_spirv_toolchain_identity();
 
+// True when this node can compile through Clang: kiln was built with it and the toolchain
+// library is there (a stat; nothing is loaded, so the hit path may ask). A node that only names
+// the identity of a Clang elsewhere (KILN_CLANG_IDENTITY) cannot.
+bool clang_toolchain_present();
+
 // dlopen()s the toolchain library once per process (thread-safe) and returns its toolchain,
 // or says what is missing and where it looked.
 Result<Toolchain*> load_clang_toolchain();

@@ -120,14 +120,17 @@ int cmd_build(const std::vector<std::string>& argv, const GlobalOptions& global)
               << ",\"key\":\"" << o.key.hex() << "\"," << cache_json(o) << ",\"kind\":" << json_string(o.kind)
               << ",\"size\":" << o.artifact.size() << ",\"compile_ms\":" << fixed(o.compile_ms, 3)
               << ",\"total_ms\":" << fixed(o.total_ms, 3) << ",\"precompiled_headers\":{\"used\":" << o.pch_used
-              << ",\"building\":" << o.pch_building << "},\"diagnostics\":" << diagnostics_json(o.diagnostics) << "}\n";
+              << ",\"building\":" << o.pch_building << "}"
+              << (o.headers_parsed ? ",\"headers_parsed\":" + std::to_string(*o.headers_parsed) : std::string())
+              << ",\"diagnostics\":" << diagnostics_json(o.diagnostics) << "}\n";
   } else {
     for (auto& d : o.diagnostics) std::cerr << d.to_string() << "\n";  // warnings
     std::cout << "op       " << o.op << "\ntarget   " << o.target << "\nkey      " << o.key.hex() << "\ncache    "
               << cache_text(o) << "\nartifact " << o.kind << ", " << o.artifact.size() << " bytes\ncompile  "
               << fixed(o.compile_ms, 1) << " ms\ntotal    " << fixed(o.total_ms, 1) << " ms\n";
     if (o.pch_used || o.pch_building)
-      std::cout << "pch      " << o.pch_used << " used" << (o.pch_building ? ", " + std::to_string(o.pch_building) + " being made for later compiles" : "") << "\n";
+      std::cout << "pch      " << o.pch_used << " used" << (o.pch_building ? ", " + std::to_string(o.pch_building) + " being made for later compiles" : "")
+                << (o.headers_parsed ? ", " + std::to_string(*o.headers_parsed) + " headers parsed" : "") << "\n";
   }
   return 0;
 }

@@ -28,7 +28,8 @@ constexpr const char* k_default_options[] = {"-std=c++17", "-default-device"};
 // first instead of 17.5 (first 30-34 ms instead of 23). For a small header of the op's own it
 // only costs: the four bundled ops in a fresh process took 64-66 ms without it, 76-91 with
 // it (one-off ctypes timings, this machine, CUDA 13.0). So -pch is passed when the first
-// #include names a header in <...>. PCH changes no output.
+// #include names a header in <...>, and the NVRTC has PCH support (12.8+). PCH changes no
+// output.
 constexpr const char* k_pch_option = "-pch";
 // --minimal leaves out what few kernels use (textures, surfaces, device-side runtime calls)
 // and so a third of NVRTC's fixed cost: row_softmax to PTX in 19 ms instead of 23, a
@@ -76,7 +77,9 @@ bool first_include_is_angled(std::string_view text) {
 
 struct NvrtcApi {
 #define KILN_NVRTC(name, ret, params) ret(*name) params = nullptr;
+#define KILN_NVRTC_OPTIONAL(name, ret, params) ret(*name) params = nullptr;
 #include "jit/nvrtc/nvrtc_symbols.def"
+#undef KILN_NVRTC_OPTIONAL
 #undef KILN_NVRTC
   std::string path;     // the file that was loaded
   int major = 0, minor = 0;
@@ -203,7 +206,8 @@ class NvrtcToolchain final : public Toolchain {
     if (output == Output::kLtoIr) options.push_back("-dlto");  // implies -rdc=true
     options.insert(options.end(), std::begin(k_default_options), std::end(k_default_options));
     if (minimal) options.push_back(k_minimal_option);
-    if (first_include_is_angled(src.text)) options.push_back(k_pch_option);
+    // Only where NVRTC has precompiled headers: an older one fails the compile on the option.
+    if (m_api.nvrtcGetPCHHeapSize && first_include_is_angled(src.text)) options.push_back(k_pch_option);
     for (auto& dir : request.include_dirs) options.push_back("-I" + dir);
     for (auto& dir : m_api.header_dirs) options.push_back("-I" + dir);
     for (auto& def : request.defines) options.push_back("-D" + def);
@@ -297,7 +301,9 @@ void load() {
     g_status = unavailable(loaded + " has no " #name ": an NVRTC older than kiln supports (CUDA 12 or 13)"); \
     return;                                                                                                 \
   }
+#define KILN_NVRTC_OPTIONAL(name, ret, params) api.name = reinterpret_cast<ret(*) params>(::dlsym(handle, #name));
 #include "jit/nvrtc/nvrtc_symbols.def"
+#undef KILN_NVRTC_OPTIONAL
 #undef KILN_NVRTC
   api.nvrtcVersion(&api.major, &api.minor);
   // The file dlopen actually mapped (a symlink's target), for its build id.

@@ -192,7 +192,9 @@ TEST_F(CudaCompileTest, TheClangPathCompilesEveryBundledOpToo) {
     ASSERT_EQ(image.cubins.size(), 2u);
     EXPECT_EQ(image.cubins.at(90).substr(1, 3), "ELF");
     // Not the NVRTC artifact's key, and a hit the second time.
+    ::setenv("KILN_CUDA_TOOLCHAIN", "nvrtc", 1);
     auto nvrtc = ops->build(ops->find_spec(name).value(), target).value();
+    ::unsetenv("KILN_CUDA_TOOLCHAIN");
     EXPECT_NE(nvrtc.key, outcome->key);
     EXPECT_EQ(clang_ops->build(spec, target)->cache, CacheOutcome::kDisk);
   }
@@ -226,7 +228,8 @@ TEST_F(CudaCompileTest, ATemplatedEntryIsFoundThroughItsNameExpression) {
 }
 
 // Kernels written the way frameworks write them: the toolkit's half types, cooperative groups
-// with their reduce, CUB, and libcu++, all through NVRTC with the toolkit's own headers.
+// with their reduce, CUB, and libcu++, with the toolkit's own headers (through NVRTC when asked:
+// by default CUB and cooperative groups take Clang's path, tests/builders/cuda_headers_test.cpp).
 constexpr const char* k_toolkit_kernel = R"(#include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 #include <cuda_fp16.h>
@@ -248,7 +251,10 @@ extern "C" __global__ void toolkit(const float* x, float* y, __nv_bfloat16* z) {
 
 TEST_F(CudaCompileTest, ToolkitHeadersCompileThroughNvrtc) {
   testing::TempDir specs;
+  ::setenv("KILN_CUDA_TOOLCHAIN", "nvrtc", 1);
   auto outcome = build_one_off(specs, "toolkit", "\"const float* x\", \"float* y\", \"void* z\"", k_toolkit_kernel);
+  ::unsetenv("KILN_CUDA_TOOLCHAIN");
+  EXPECT_EQ(outcome.headers_parsed, std::nullopt);  // NVRTC does not say
   ASSERT_TRUE(outcome.success) << outcome.diagnostics_text();
   auto image = decode_cuda_module(outcome.artifact).value();
   EXPECT_NE(image.ptx.find(".entry toolkit"), std::string::npos);
@@ -447,6 +453,28 @@ TEST_F(CudaCompileTest, EditingAToolkitHeaderChangesNvrtcKeys) {
   std::ofstream(header, std::ios::app) << "\n// patched\n";
   std::string patched = key_with({{"KILN_NVRTC_LIBRARY", toolkit / "lib64/libnvrtc.so.13"}});
   EXPECT_NE(patched, original);
+}
+
+// CUDA 12.0-12.7's NVRTC has no precompiled headers and fails a compile given -pch (a real 12.6
+// answers NVRTC_ERROR_INVALID_OPTION). kiln asks NVRTC for a PCH only where it has them: a
+// kernel whose first include is a toolkit header (cuda_bf16.h) compiles through such an NVRTC
+// (tests/builders/nvrtc_without_pch.cpp, the real one behind it) to the same PTX.
+TEST_F(CudaCompileTest, AnNvrtcWithoutPrecompiledHeadersCompilesWithoutThem) {
+  std::string real = std::filesystem::canonical(jit::nvrtc_search_paths().front() + "/libnvrtc.so.13").string();
+  auto build = [&](const std::map<std::string, std::string>& env, const std::string& out) {
+    testing::TempDir own_cache;
+    auto r = testing::run_process({testing::kiln_binary(), "--cache-dir", own_cache.path(), "build",
+                                   testing::bundled_spec_dir() + "/adamw.toml", "--target", "cuda:sm_90", "-o", out},
+                                  env);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto bytes = read_file(out);
+    return bytes.ok() ? decode_cuda_module(bytes.value()) : Result<CudaModuleImage>(bytes.status());
+  };
+  auto with_pch = build({}, cache / "with.module");
+  auto without = build({{"KILN_NVRTC_LIBRARY", KILN_NVRTC_WITHOUT_PCH}, {"KILN_TEST_REAL_NVRTC", real}}, cache / "without.module");
+  ASSERT_TRUE(with_pch.ok() && without.ok());
+  EXPECT_EQ(without->ptx, with_pch->ptx);
+  EXPECT_EQ(without->cubins.size(), 1u);
 }
 
 TEST(CudaAbsentTest, MissingNvrtcIsOneClearMessage) {

@@ -30,7 +30,7 @@ TEST(BlobTest, RoundTripsCompressibleAndIncompressibleContent) {
   }
   EXPECT_LT(encode_blob(compressible(100000)).bytes.size(), 10000u);  // zstd was used
   EXPECT_EQ(encode_blob(random_bytes(5000)).bytes.size(), k_blob_header_size + 5000);  // stored as is
-  EncodedBlob stored = encode_blob(compressible(100000), "", ContentCodec::kStored);  // asked to keep it as is
+  EncodedBlob stored = encode_blob(compressible(100000), "", Compression::kNone);  // asked to keep it as is
   EXPECT_EQ(stored.bytes.size(), k_blob_header_size + 100000);
   EXPECT_EQ(decode_blob(stored.bytes)->content, compressible(100000));
 }

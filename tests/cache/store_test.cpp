@@ -68,23 +68,6 @@ TEST(StoreTest, MissThenHitWithMetadataAndManifest) {
   EXPECT_EQ(**store->get_manifest(r.input_key), r.manifest);
 }
 
-TEST(StoreTest, PrecompiledHeadersAreKeptUncompressedOtherArtifactsCompressed) {
-  testing::TempDir dir;
-  auto store = Store::open(dir.path()).value();
-  std::string compressible(200000, 'p');
-  auto pch = record_for("(pch) op"), so = record_for("op");
-  pch.kind = "pch";
-  ASSERT_TRUE(store->put(pch, compressible).ok());
-  ASSERT_TRUE(store->put(so, compressible).ok());
-  struct stat st{};
-  ASSERT_EQ(::stat(store->blob_path(pch.key).c_str(), &st), 0);
-  EXPECT_GT(static_cast<size_t>(st.st_size), compressible.size());  // read whole by every compile: stored as is
-  ASSERT_EQ(::stat(store->blob_path(so.key).c_str(), &st), 0);
-  EXPECT_LT(static_cast<size_t>(st.st_size), compressible.size() / 10);
-  EXPECT_EQ((*store->get(pch.key))->bytes, compressible);
-  EXPECT_EQ((*store->get(so.key))->bytes, compressible);
-}
-
 TEST(StoreTest, PersistsAcrossOpensUsesWalAndPrivateFolders) {
   testing::TempDir dir;
   auto r = record_for("op_b");
@@ -145,6 +128,48 @@ TEST(StoreTest, BlobOfAnotherKeyIsNotAHit) {
   ASSERT_TRUE(store->put(b, "content of b, longer").ok());
   ASSERT_TRUE(write_file_atomic(store->blob_path(b.key), read_file(store->blob_path(a.key)).value()).ok());
   EXPECT_FALSE(store->get(b.key)->has_value());
+}
+
+// Store::map reads an artifact in place: one stored uncompressed (Compression::kNone, though it
+// would compress) is checked in its mapped blob file; a compressed one is decoded. Both count a
+// hit; a damaged or missing blob is a miss and is repaired, as for get().
+TEST(StoreTest, MapReadsInPlaceChecksAndRepairsAsGetDoes) {
+  testing::TempDir dir;
+  auto store = Store::open(dir.path()).value();
+  auto plain = record_for("op_map_plain"), packed = record_for("op_map_packed"), gone = record_for("op_map_gone");
+  std::string content(200000, 'k');
+  ASSERT_TRUE(store->put(plain, content, Compression::kNone).ok());
+  ASSERT_TRUE(store->put(packed, content).ok());
+  EXPECT_GT(std::filesystem::file_size(store->blob_path(plain.key)), content.size());
+  EXPECT_LT(std::filesystem::file_size(store->blob_path(packed.key)), content.size() / 10);
+  for (auto* r : {&plain, &packed}) {
+    auto mapped = store->map(r->key);
+    ASSERT_TRUE(mapped.ok() && mapped->has_value()) << r->op;
+    EXPECT_EQ((*mapped)->bytes, content);
+    EXPECT_EQ((*mapped)->record.op, r->op);
+    EXPECT_TRUE((*mapped)->memory);
+  }
+  // The view outlives the Store and a rename over its file (blobs are replaced, never rewritten).
+  auto kept = store->map(plain.key).value();
+  ASSERT_TRUE(store->put(plain, std::string(100, 'z'), Compression::kNone).ok());
+  EXPECT_EQ(kept->bytes, content);
+
+  ASSERT_TRUE(store->put(plain, content, Compression::kNone).ok());
+  std::string bytes = read_file(store->blob_path(plain.key)).value();
+  bytes[bytes.size() / 2] ^= 1;
+  ASSERT_TRUE(write_file_atomic(store->blob_path(plain.key), bytes).ok());
+  auto damaged = store->map(plain.key);
+  ASSERT_TRUE(damaged.ok());
+  EXPECT_FALSE(damaged->has_value());
+  EXPECT_FALSE(std::filesystem::exists(store->blob_path(plain.key)));  // removed, so the next put replaces it
+  ASSERT_TRUE(store->put(gone, "short").ok());
+  ASSERT_EQ(::unlink(store->blob_path(gone.key).c_str()), 0);
+  EXPECT_FALSE(store->map(gone.key)->has_value());
+  EXPECT_FALSE(store->map(record_for("never stored").key)->has_value());
+  auto stats = store->statistics().value();
+  EXPECT_EQ(stats.counters["repairs"], 2);
+  ASSERT_TRUE(store->flush_usage().ok());
+  EXPECT_EQ(store->record(packed.key).value()->hits, 1u);
 }
 
 TEST(StoreTest, HitsNeverWriteTheIndexTheyGoToTheUsageJournal) {
