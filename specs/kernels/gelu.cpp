@@ -11,8 +11,9 @@ void gelu(const kiln::cpu::Block& b, const T* __restrict x, T* __restrict y, int
 #pragma omp simd
   for (int64_t i = r.begin; i < r.end; ++i) {
     float v = kiln_ops::to_float(x[i]);
-    float inner = 0.7978845608028654f * (v + 0.044715f * v * v * v);  // u = sqrt(2 / pi) (x + 0.044715 x^3)
-    y[i] = kiln_ops::from_float(v / (1.f + kiln_ops::exp_approx(-2.f * inner)), y);
+    // -2u = -2 sqrt(2 / pi) (x + 0.044715 x^3), its constants folded: 3 operations, not 5.
+    float minus_2u = v * (-1.5957691216057308f + -0.07135481627260025f * (v * v));
+    y[i] = kiln_ops::from_float(v / (1.f + kiln_ops::exp_approx(minus_2u)), y);
   }
 }
 
