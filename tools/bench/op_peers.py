@@ -65,7 +65,10 @@ def measure(case, rounds, min_seconds):
             t = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t)
-            time.sleep(0.005)  # OpenMP's spinning threads go idle before the next side runs
+            # torch's and DeepSpeed's OpenMP threads spin after their work (libgomp's default of
+            # 300,000 spins: several ms here) before they sleep; the next side must not share
+            # the cores with them.
+            time.sleep(0.02)
         r += 1
     out = []
     for name in names:
