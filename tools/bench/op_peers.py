@@ -74,10 +74,15 @@ def measure(case, rounds, min_seconds):
     for name in names:
         s = sorted(samples[name])
         med = statistics.median(s)
-        out.append({"case": case.name, "shape": case.shape, "side": name, "how": case.sides[name][0], "bytes": case.bytes,
-                    "n": len(s), "median_ms": med * 1e3, "min_ms": s[0] * 1e3, "max_ms": s[-1] * 1e3,
-                    "GBps": case.bytes / med / 1e9, "GBps_min": case.bytes / s[-1] / 1e9, "GBps_max": case.bytes / s[0] / 1e9,
-                    "check": case.checks.get(name)})
+        row = {"case": case.name, "shape": case.shape, "side": name, "how": case.sides[name][0], "bytes": case.bytes,
+               "n": len(s), "median_ms": med * 1e3, "min_ms": s[0] * 1e3, "max_ms": s[-1] * 1e3,
+               "GBps": case.bytes / med / 1e9, "GBps_min": case.bytes / s[-1] / 1e9, "GBps_max": case.bytes / s[0] / 1e9,
+               "check": case.checks.get(name)}
+        if name != "kiln":  # kiln's time over this side's in the same round: the drift between rounds cancels
+            ratios = sorted(k / t for k, t in zip(samples["kiln"], samples[name]))
+            row["paired_ratio"] = {"median": statistics.median(ratios), "q1": ratios[len(ratios) // 4],
+                                   "q3": ratios[(3 * len(ratios)) // 4]}
+        out.append(row)
     return out
 
 
