@@ -166,12 +166,16 @@ std::optional<PrecompiledHeaders::Slot> PrecompiledHeaders::lookup(const KeyPart
   if (!manifest.ok()) return std::nullopt;
   auto current = rehash_manifest(manifest.value(), spec);
   if (!current) return std::nullopt;
-  auto hit = m_store->get(artifact_key(key, *current).key);
+  // Mapped, not read: the compile reads it from the page cache where it lies.
+  auto hit = m_store->get_shared(artifact_key(key, *current).key);
   if (!hit.ok() || !hit->has_value()) return std::nullopt;
   Slot slot;
   slot.done = true;
   slot.headers = std::move(*current);
-  if ((*hit)->record.kind == "pch") slot.bytes = std::make_shared<const std::string>(std::move((*hit)->bytes));
+  if ((*hit)->record.kind == "pch") {
+    slot.bytes = (*hit)->bytes;
+    slot.owner = std::move((*hit)->owner);
+  }
   return slot;
 }
 
@@ -227,9 +231,9 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
       // Built in this process, or being built: wait for it rather than parse the headers again.
       m_done.wait(lock, [&] { return slot->done; });
     }
-    if (!slot->bytes) continue;
-    request.compile.precompiled_headers[source] = *slot->bytes;
-    use.bytes.push_back(slot->bytes);
+    if (!slot->owner) continue;
+    request.compile.precompiled_headers[source] = slot->bytes;
+    use.bytes.push_back(slot->owner);
     use.headers.insert(use.headers.end(), slot->headers.begin(), slot->headers.end());
     ++use.used;
   }
@@ -267,8 +271,10 @@ void PrecompiledHeaders::build(std::shared_ptr<Slot> slot, std::shared_ptr<const
   std::string failure = encode_diagnostics(made.diagnostics);
   (void)m_store->put(record, made.success ? std::string_view(made.artifact) : std::string_view(failure));
   if (made.success) {
+    auto bytes = std::make_shared<const std::string>(std::move(made.artifact));
     std::lock_guard guard(m_mutex);
-    slot->bytes = std::make_shared<const std::string>(std::move(made.artifact));
+    slot->bytes = *bytes;
+    slot->owner = std::move(bytes);
     slot->headers = std::move(headers).value();
   }
   finish();

@@ -49,7 +49,7 @@ bool precompiled_headers_enabled();
 // What using PCHs added to one compile.
 struct PchUse {
   std::vector<ManifestEntry> headers;  // the PCHs' manifests, to add to the compile's
-  std::vector<std::shared_ptr<const std::string>> bytes;  // keeps request.precompiled_headers alive
+  std::vector<std::shared_ptr<const void>> bytes;  // keeps request.precompiled_headers alive
   size_t used = 0;      // sources compiled with a PCH
   size_t building = 0;  // PCHs started in the background by this compile
 };
@@ -77,7 +77,8 @@ class PrecompiledHeaders {
  private:
   struct Slot {
     bool done = false;
-    std::shared_ptr<const std::string> bytes;  // null when the PCH could not be made
+    std::string_view bytes;             // kept by `owner`: a mapped blob file, or the bytes built
+    std::shared_ptr<const void> owner;  // null when the PCH could not be made
     std::vector<ManifestEntry> headers;
   };
   // A stored PCH for `key` (an input key): its bytes and manifest; nullopt when there is none;

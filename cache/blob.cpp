@@ -74,7 +74,7 @@ EncodedBlob encode_blob(std::string_view content, std::string_view metadata, Con
   return blob;
 }
 
-Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata) {
+Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata, bool in_place) {
   auto damaged = [](std::string what) { return Status(StatusCode::kDataLoss, "damaged blob: " + what); };
   if (file.size() < k_blob_header_size)
     return damaged("truncated header (" + std::to_string(file.size()) + " bytes)");
@@ -106,9 +106,12 @@ Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata) {
     KILN_ASSIGN_OR_RETURN(out.content, decompress(payload, raw_size, "content"));
   } else {
     if (raw_size != stored_size) return damaged("size mismatch in an uncompressed blob");
-    out.content.assign(payload);
+    if (in_place)
+      out.stored = payload;
+    else
+      out.content.assign(payload);
   }
-  if (xxh3_128(out.content) != get_hash(file, 32)) return damaged("content hash mismatch");
+  if (xxh3_128(out.view()) != get_hash(file, 32)) return damaged("content hash mismatch");
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "cache/blob.h"
 #include "cache/store_sql.h"
 #include "support/file_util.h"
+#include "support/mapped_file.h"
 #include "support/units.h"
 
 namespace kiln::cache {
@@ -301,17 +302,21 @@ Status Store::remove_locked(const Hash128& key, bool unlink_blob) {
   return {};
 }
 
-Result<std::optional<Artifact>> Store::get(const Hash128& key) {
-  // The blob alone: it carries the artifact's record and the hashes of both.
-  auto file = read_file(blob_path(key));
+struct Store::Checked {
+  DecodedBlob blob;
+  ArtifactRecord record;
+};
+
+Result<std::optional<Store::Checked>> Store::check_read(const Hash128& key, const Result<std::string_view>& file,
+                                                        bool in_place) {
   if (!file.ok()) {
     if (file.status().code() != StatusCode::kNotFound) return file.status();
     // Not stored, or listed in the index but gone: look there, so a lost blob is repaired
     // (its row removed, counted). Only a miss pays for this, and a compile follows it.
     std::lock_guard lock(m_mutex);
-    if (!ensure_index_locked().ok()) return std::optional<Artifact>();
+    if (!ensure_index_locked().ok()) return std::optional<Checked>();
     sqlite3_stmt* s = prepare("SELECT op, target FROM artifacts WHERE key = ?");
-    if (!s) return std::optional<Artifact>();
+    if (!s) return std::optional<Checked>();
     StatementReset reset{s};
     sqlite3_bind_blob(s, 1, key.bytes.data(), 16, SQLITE_STATIC);
     if (sqlite3_step(s) == SQLITE_ROW) {
@@ -319,27 +324,53 @@ Result<std::optional<Artifact>> Store::get(const Hash128& key) {
       sqlite3_reset(s);
       repair_locked(key, what, "blob missing");
     }
-    return std::optional<Artifact>();
+    return std::optional<Checked>();
   }
   if (blob_format_version(file.value()) > k_blob_format_version)
-    return std::optional<Artifact>();  // written by a newer kiln: not ours to read, nor to remove
-  Result<DecodedBlob> blob = decode_blob(file.value());
+    return std::optional<Checked>();  // written by a newer kiln: not ours to read, nor to remove
+  Result<DecodedBlob> blob = decode_blob(file.value(), /*with_metadata=*/true, in_place);
   Result<ArtifactRecord> record = blob.ok() ? decode_record(blob->metadata) : Result<ArtifactRecord>(blob.status());
-  if (!record.ok() || !(record->key == key) || blob->content.size() != record->size) {
+  if (!record.ok() || !(record->key == key) || blob->view().size() != record->size) {
     std::string why = !record.ok() ? record.status().message()
                                    : !(record->key == key) ? "it holds the artifact of another key" : "its size is wrong";
     std::lock_guard lock(m_mutex);
     repair_locked(key, record.ok() ? record->op + ", " + record->target : "unknown op", why);
-    return std::optional<Artifact>();
+    return std::optional<Checked>();
   }
-  Artifact a;
-  a.record = std::move(record).value();
-  a.record.stored_size = file->size();
-  a.bytes = std::move(blob->content);
+  Checked out{std::move(blob).value(), std::move(record).value()};
+  out.record.stored_size = file->size();
   std::lock_guard lock(m_mutex);
   ++m_pending_hits[key];
   if (m_pending_hits.size() >= k_usage_flush_threshold) (void)flush_locked();
-  return std::optional<Artifact>(std::move(a));
+  return std::optional<Checked>(std::move(out));
+}
+
+Result<std::optional<Artifact>> Store::get(const Hash128& key) {
+  // The blob alone: it carries the artifact's record and the hashes of both.
+  auto file = read_file(blob_path(key));
+  KILN_ASSIGN_OR_RETURN(auto checked,
+                        check_read(key, file.ok() ? Result<std::string_view>(file.value()) : file.status(), false));
+  if (!checked) return std::optional<Artifact>();
+  return std::optional<Artifact>(Artifact{std::move(checked->record), std::move(checked->blob.content)});
+}
+
+Result<std::optional<SharedArtifact>> Store::get_shared(const Hash128& key) {
+  auto file = MappedFile::open(blob_path(key), /*populate=*/true);
+  std::shared_ptr<const MappedFile> mapped = file.ok() ? std::move(file).value() : nullptr;
+  KILN_ASSIGN_OR_RETURN(auto checked, check_read(key, mapped ? Result<std::string_view>(mapped->view()) : file.status(),
+                                                 /*in_place=*/true));
+  if (!checked) return std::optional<SharedArtifact>();
+  SharedArtifact a;
+  a.record = std::move(checked->record);
+  if (checked->blob.stored.data()) {
+    a.bytes = checked->blob.stored;  // checked where it lies, in the mapping
+    a.owner = std::move(mapped);
+  } else {
+    auto decoded = std::make_shared<const std::string>(std::move(checked->blob.content));
+    a.bytes = *decoded;
+    a.owner = std::move(decoded);
+  }
+  return std::optional<SharedArtifact>(std::move(a));
 }
 
 void Store::repair_locked(const Hash128& key, const std::string& what, const std::string& why) {

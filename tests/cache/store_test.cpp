@@ -85,6 +85,39 @@ TEST(StoreTest, PrecompiledHeadersAreKeptUncompressedOtherArtifactsCompressed) {
   EXPECT_EQ((*store->get(so.key))->bytes, compressible);
 }
 
+TEST(StoreTest, SharedReadsUseStoredContentInPlaceAndCheckItAsGetDoes) {
+  testing::TempDir dir;
+  auto store = Store::open(dir.path()).value();
+  std::string content(300000, 'p');
+  for (size_t i = 0; i < content.size(); i += 97) content[i] = static_cast<char>(i);
+  auto pch = record_for("(pch) op"), so = record_for("op");
+  pch.kind = "pch";  // stored as it is: read where it lies in the mapped file
+  ASSERT_TRUE(store->put(pch, content).ok());
+  ASSERT_TRUE(store->put(so, content).ok());  // compressed: decoded into memory of its own
+  for (auto* r : {&pch, &so}) {
+    auto shared = store->get_shared(r->key);
+    ASSERT_TRUE(shared.ok() && shared->has_value()) << r->op;
+    EXPECT_EQ((*shared)->bytes, content);
+    EXPECT_EQ((*shared)->record.op, r->op);
+    EXPECT_EQ((*shared)->record.stored_size, (*store->get(r->key))->record.stored_size);
+    // The bytes outlive the file: replaced or evicted, what was handed out stays whole.
+    ASSERT_EQ(::unlink(store->blob_path(r->key).c_str()), 0);
+    EXPECT_EQ((*shared)->bytes, content);
+  }
+  EXPECT_FALSE(store->get_shared(xxh3_128("never stored"))->has_value());
+
+  // A damaged blob is a miss and repaired, as for get().
+  ASSERT_TRUE(store->put(pch, content).ok());
+  std::string bytes = read_file(store->blob_path(pch.key)).value();
+  bytes[bytes.size() - 5] ^= 1;
+  ASSERT_TRUE(write_file_atomic(store->blob_path(pch.key), bytes).ok());
+  auto damaged = store->get_shared(pch.key);
+  ASSERT_TRUE(damaged.ok());
+  EXPECT_FALSE(damaged->has_value());
+  EXPECT_FALSE(std::filesystem::exists(store->blob_path(pch.key)));
+  EXPECT_EQ(store->statistics().value().counters["repairs"], 1);
+}
+
 TEST(StoreTest, PersistsAcrossOpensUsesWalAndPrivateFolders) {
   testing::TempDir dir;
   auto r = record_for("op_b");
