@@ -300,12 +300,12 @@ cache::RemoteTiers* Ops::remote() {
 bool Ops::remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote) {
   std::optional<Hash128> key;
   std::string manifest_text;
-  remote.fetch(cache::RemoteObject::kManifest, input.key, [&](std::string&& payload) -> Status {
+  remote.fetch(cache::RemoteObject::kManifest, input.key, [&](std::string_view payload) -> Status {
     KILN_ASSIGN_OR_RETURN(auto manifest, decode_manifest(payload));
     auto current = rehash_manifest(manifest, spec);
     if (current) key = artifact_key(input, *current).key;
     else KILN_LOG_AT(kDebug, "remote", "op " + spec.name + ": a header of the remote manifest is not here: a miss");
-    manifest_text = std::move(payload);
+    manifest_text = payload;
     return {};
   });
   if (!key) return false;
@@ -317,7 +317,7 @@ bool Ops::remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome&
     return fill_outcome(**here, out);
   }
   std::optional<cache::Artifact> got;
-  remote.fetch(cache::RemoteObject::kArtifact, *key, [&](std::string&& blob) -> Status {
+  remote.fetch(cache::RemoteObject::kArtifact, *key, [&](std::string_view blob) -> Status {
     KILN_ASSIGN_OR_RETURN(cache::Artifact a, m_store->import(*key, blob));
     if (a.record.input_key != input.key)  // the key says so too; a cheap second look
       return Status(StatusCode::kDataLoss, "the artifact was compiled from other inputs");
