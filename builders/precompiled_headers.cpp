@@ -184,7 +184,8 @@ bool precompiled_headers_enabled() {
   return !(env && std::string_view(env) == "0");
 }
 
-PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& identity, jit::Toolchain& toolchain) {
+PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& identity,
+                                   const std::function<jit::Toolchain*()>& toolchain) {
   PchUse use;
   if (!m_store || !precompiled_headers_enabled()) return use;
   auto sources = plan(request);
@@ -197,17 +198,22 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
     for (auto& other : sources) sharing += other.second == prefix;
     std::shared_ptr<Slot> slot;
     bool start = false;
+    jit::Toolchain* made_by = nullptr;
     {
       std::unique_lock lock(m_mutex);
       auto it = m_slots.find(key.key);
       if (it == m_slots.end()) {
         lock.unlock();
         auto found = lookup(key, *request.spec);  // outside the lock: it reads a blob
+        // Building it needs the toolchain, which may still be loading: waited for unlocked too.
+        jit::Toolchain* builder = found ? nullptr : toolchain();
         lock.lock();
         it = m_slots.find(key.key);
         if (it == m_slots.end()) {
+          if (!found && !builder) continue;  // no toolchain: the compile says why, nothing is built
           slot = std::make_shared<Slot>(found.value_or(Slot{}));
           start = !found;
+          made_by = builder;
           m_slots.emplace(key.key, slot);
         } else {
           slot = it->second;
@@ -220,11 +226,11 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
         auto spec = std::make_shared<const OpSpec>(*request.spec);
         if (sharing > 1) {
           lock.unlock();
-          build(slot, spec, pch_request(request, prefix), key, identity, &toolchain);
+          build(slot, spec, pch_request(request, prefix), key, identity, made_by);
           lock.lock();
         } else {
-          m_threads.emplace_back(&PrecompiledHeaders::build, this, slot, spec, pch_request(request, prefix), key, identity,
-                                 &toolchain);
+          m_threads.emplace_back(&PrecompiledHeaders::build, this, slot, spec, pch_request(request, prefix), key,
+                                 identity, made_by);
           continue;  // this compile goes on without it
         }
       }
