@@ -198,7 +198,8 @@ bool precompiled_headers_enabled() {
   return !(env && std::string_view(env) == "0");
 }
 
-PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& identity, jit::Toolchain& toolchain) {
+PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& identity,
+                                   const std::function<jit::Toolchain*()>& toolchain) {
   PchUse use;
   if (!m_store || !precompiled_headers_enabled()) return use;
   auto sources = plan(request);
@@ -215,17 +216,22 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
     const bool build_first = sharing > 1 || request.compile.language == "cuda";
     std::shared_ptr<Slot> slot;
     bool start = false;
+    jit::Toolchain* made_by = nullptr;
     {
       std::unique_lock lock(m_mutex);
       auto it = m_slots.find(key.key);
       if (it == m_slots.end()) {
         lock.unlock();
         auto found = lookup(key, *request.spec);  // outside the lock: it reads a blob
+        // Building it needs the toolchain, which may still be loading: waited for unlocked too.
+        jit::Toolchain* builder = found ? nullptr : toolchain();
         lock.lock();
         it = m_slots.find(key.key);
         if (it == m_slots.end()) {
+          if (!found && !builder) continue;  // no toolchain: the compile says why, nothing is built
           slot = std::make_shared<Slot>(found.value_or(Slot{}));
           start = !found;
+          made_by = builder;
           m_slots.emplace(key.key, slot);
         } else {
           slot = it->second;
@@ -238,16 +244,16 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
         auto spec = std::make_shared<const OpSpec>(*request.spec);
         if (build_first) {
           lock.unlock();
-          build(slot, spec, pch_request(request, prefix), key, identity, &toolchain);
+          build(slot, spec, pch_request(request, prefix), key, identity, made_by);
           lock.lock();
         } else {
-          m_threads.emplace_back([this, slot, spec, pch = pch_request(request, prefix), key, identity, tc = &toolchain]() mutable {
+          m_threads.emplace_back([this, slot, spec, pch = pch_request(request, prefix), key, identity, made_by]() mutable {
             // The compile that started it goes on without it and is what a caller waits for; the
             // PCH serves later compiles. So it yields the cores (nice is per thread on Linux):
             // at equal priority on two cores it slowed a lone torch extension's first build by
             // ~15% (8.2 s against 7.0 s without PCHs, BENCHMARKS-python.md).
             ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), k_background_nice);
-            build(slot, spec, std::move(pch), key, identity, tc);
+            build(slot, spec, std::move(pch), key, identity, made_by);
           });
           continue;  // this compile goes on without it
         }
@@ -295,6 +301,7 @@ void PrecompiledHeaders::build(std::shared_ptr<Slot> slot, std::shared_ptr<const
   std::string failure = encode_diagnostics(made.diagnostics);
   (void)m_store->put(record, made.success ? std::string_view(made.artifact) : std::string_view(failure), cache::Compression::kNone);
   if (made.success) {
+    auto bytes = std::make_shared<const std::string>(std::move(made.artifact));
     std::lock_guard guard(m_mutex);
     auto bytes = std::make_shared<const std::string>(std::move(made.artifact));
     slot->bytes = *bytes;

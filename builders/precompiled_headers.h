@@ -25,6 +25,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,9 +73,10 @@ class PrecompiledHeaders {
   PrecompiledHeaders& operator=(const PrecompiledHeaders&) = delete;
 
   // For each source of `request` that a PCH helps: attaches the stored PCH (or waits for the
-  // one being built in this process), else starts building it in the background with
-  // `toolchain`. `identity` is the toolchain identity in the op's key.
-  PchUse prepare(BuildRequest& request, const std::string& identity, jit::Toolchain& toolchain);
+  // one being built in this process), else starts building it in the background with the
+  // toolchain that `toolchain` returns (asked only then, so the caller may still be loading it;
+  // null: nothing is built). `identity` is the toolchain identity in the op's key.
+  PchUse prepare(BuildRequest& request, const std::string& identity, const std::function<jit::Toolchain*()>& toolchain);
 
   // Blocks until every background build has finished (and stored its PCH).
   void wait();

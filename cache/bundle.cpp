@@ -1,8 +1,6 @@
 #include "cache/bundle.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include "cache/remote.h"
 #include "support/file_util.h"
 #include "support/little_endian.h"
+#include "support/mapped_file.h"
 
 namespace kiln::cache {
 namespace {
@@ -42,36 +41,6 @@ Result<std::string> envelope_of(Store& store, const Entry& e, const std::string&
   }
   return seal_object(e.type, e.key, payload, secret);
 }
-
-// A read-only view of a whole file, unmapped on destruction.
-class MappedFile {
- public:
-  ~MappedFile() {
-    if (m_data) ::munmap(m_data, m_size);
-  }
-  Status open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT ? not_found("no bundle at " + path) : errno_status("open " + path, errno);
-    struct stat st{};
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      return errno_status("stat " + path, errno);
-    }
-    m_size = static_cast<size_t>(st.st_size);
-    if (m_size) m_data = ::mmap(nullptr, m_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (m_data == MAP_FAILED) {
-      m_data = nullptr;
-      return errno_status("map " + path, errno);
-    }
-    return {};
-  }
-  std::string_view view() const { return {static_cast<const char*>(m_data), m_data ? m_size : 0}; }
-
- private:
-  void* m_data = nullptr;
-  size_t m_size = 0;
-};
 
 }  // namespace
 
@@ -143,9 +112,10 @@ Result<PackReport> pack_bundle(Store& store, const std::string& path, const Pack
 }
 
 Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const std::string& secret) {
-  MappedFile file;
-  KILN_RETURN_IF_ERROR(file.open(path));
-  std::string_view all = file.view();
+  auto file = MappedFile::open(path);
+  if (!file.ok())
+    return file.status().code() == StatusCode::kNotFound ? not_found("no bundle at " + path) : file.status();
+  std::string_view all = (*file)->view();
   auto refuse = [&](const std::string& why) { return Status(StatusCode::kDataLoss, "bundle " + path + " refused: " + why); };
   if (all.size() < k_header_size || all.substr(0, k_magic.size()) != k_magic)
     return refuse("not a kiln bundle (no KILNPACK header)");

@@ -301,7 +301,7 @@ auto RemoteTiers::guarded(Tier& tier, Endpoint& endpoint, F&& call) -> decltype(
   return result;
 }
 
-bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::function<Status(std::string&&)>& accept) {
+bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::function<Status(std::string_view)>& accept) {
   std::string name = object_name(type, key);
   for (size_t i = 0; i < m_tiers.size(); ++i) {
     Tier& tier = *m_tiers[i];
@@ -321,7 +321,7 @@ bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::functi
     }
     tier.add(TierCounter::kBytesIn, static_cast<int64_t>((*got)->size()));
     auto payload = open_object(type, key, **got, m_options.secret);
-    Status verdict = payload.ok() ? accept(std::string(*payload)) : payload.status();
+    Status verdict = payload.ok() ? accept(*payload) : payload.status();
     if (!verdict.ok()) {
       tier.add(TierCounter::kRejected, 1);
       {

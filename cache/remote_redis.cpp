@@ -2,13 +2,19 @@
 // leases as keys set only if absent (SET NX PX), renewed and released by their holder alone
 // (a compare-and-set in a Lua script, so a lease that expired and was taken over is never
 // extended or deleted by its old holder).
+//
+// hiredis connects, authenticates and sends every command but GET, whose reply kiln reads
+// itself (read_value below): the value goes from the socket into a string of its length, once.
 #include "cache/remote_endpoint.h"
 
 #if KILN_WITH_HIREDIS
 #include <hiredis/hiredis.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -31,6 +37,36 @@ struct Reply {
   }
 };
 
+// The first line of a GET's reply is read into a buffer of this size, with as much of the value
+// as arrives with it (then copied once into place): a manifest (a few KiB), a miss or an error
+// is one recv. Redis's own largest bulk string (proto-max-bulk-len) bounds what a length may say,
+// so a garbled length never allocates more.
+constexpr size_t k_reply_head_bytes = 16 << 10;
+constexpr uint64_t k_max_value_bytes = uint64_t{512} << 20;
+
+// At most `n` bytes of what a server sent, for a message: bytes that are not printable as \xNN.
+std::string shown(std::string_view bytes, size_t n = 40) {
+  std::string out;
+  for (unsigned char c : bytes.substr(0, n)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char esc[5];
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    }
+  }
+  return out;
+}
+
+// "*2\r\n$3\r\nGET\r\n$<n>\r\n<key>\r\n", what hiredis's formatter would send.
+std::string get_command(std::string_view key) {
+  std::string out = "*2\r\n$3\r\nGET\r\n$" + std::to_string(key.size()) + "\r\n";
+  out.append(key);
+  out += "\r\n";
+  return out;
+}
+
 class RedisEndpoint final : public RemoteEndpoint {
  public:
   RedisEndpoint(EndpointUrl url, EndpointOptions options) : RemoteEndpoint(std::move(url)), m_options(std::move(options)) {}
@@ -39,12 +75,17 @@ class RedisEndpoint final : public RemoteEndpoint {
   }
 
   Result<std::optional<std::string>> get(const std::string& name) override {
-    std::string key = m_options.prefix + name;
-    Reply reply;
-    KILN_RETURN_IF_ERROR(command({"GET", key}, reply));
-    if (reply.r->type == REDIS_REPLY_NIL) return std::optional<std::string>();
-    if (reply.r->type != REDIS_REPLY_STRING) return unexpected("GET", reply.r);
-    return std::optional<std::string>(std::string(reply.r->str, reply.r->len));
+    std::string command = get_command(m_options.prefix + name);
+    std::optional<std::string> value;
+    KILN_RETURN_IF_ERROR(on_connection([&](redisContext* c, bool& closed) {
+      // A connection is kept only after a whole reply, so neither of hiredis's buffers holds
+      // anything; were one to, this reader would lose its place in the stream.
+      if (c->reader->pos < c->reader->len) return unavailable(label() + ": a kept connection holds an unread reply");
+      value.reset();
+      KILN_RETURN_IF_ERROR(send_all(c->fd, command, closed));
+      return read_value(c->fd, value, closed);
+    }));
+    return value;
   }
 
   Status put(const std::string& name, std::string_view bytes) override {
@@ -132,9 +173,11 @@ class RedisEndpoint final : public RemoteEndpoint {
     return {};
   }
 
-  // One command on an idle connection (or a new one). A connection that failed is freed:
-  // hiredis cannot resynchronise a stream that broke mid-reply.
-  Status command(const std::vector<std::string_view>& args, Reply& reply) {
+  // `run(c, closed)` on an idle connection (or a new one); `closed` says a failure was the
+  // server closing it. A connection that failed is freed: neither hiredis nor read_value can
+  // resynchronise a stream that broke mid-reply.
+  template <typename Run>
+  Status on_connection(Run&& run) {
     for (int attempt = 0;; ++attempt) {
       redisContext* c = nullptr;
       bool reused = false;
@@ -149,19 +192,119 @@ class RedisEndpoint final : public RemoteEndpoint {
       if (!c) {
         KILN_ASSIGN_OR_RETURN(c, connect());
       }
-      Status st = send(c, args, reply);
+      bool closed = false;
+      Status st = run(c, closed);
       if (st.ok()) {
         std::lock_guard lock(m_mutex);
         m_idle.push_back(c);
         return {};
       }
+      redisFree(c);
       // A kept connection the server closed (a restart) is worth once more on a new one; a
       // timeout is not (it would double the wait).
-      bool closed = c->err == REDIS_ERR_EOF || (c->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
-      redisFree(c);
       if (reused && closed && attempt == 0) continue;
       return st;
     }
+  }
+
+  // One command through hiredis.
+  Status command(const std::vector<std::string_view>& args, Reply& reply) {
+    return on_connection([&](redisContext* c, bool& closed) {
+      Status st = send(c, args, reply);
+      closed =
+          !st.ok() && (c->err == REDIS_ERR_EOF || (c->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE)));
+      return st;
+    });
+  }
+
+  // Why a recv or send on a connection failed (`where`: "before answering GET", ...): the server
+  // closed or reset it (`closed`), stayed silent past remote.timeout (the socket's SO_RCVTIMEO,
+  // which hiredis set), or another error.
+  Status socket_failure(ssize_t n, int err, const std::string& where, bool& closed) const {
+    closed = n == 0 || err == ECONNRESET || err == EPIPE;
+    if (n == 0) return unavailable(label() + ": the server closed the connection " + where);
+    if (err == ECONNRESET || err == EPIPE) return unavailable(label() + ": the server reset the connection " + where);
+    if (err == EAGAIN || err == EWOULDBLOCK)
+      return unavailable(label() + ": timed out " + where + ": nothing came for " +
+                         std::to_string(m_options.io_timeout.count()) + " ms (remote.timeout)");
+    return unavailable(label() + ": " + std::strerror(err) + " " + where);
+  }
+
+  Status send_all(int fd, std::string_view bytes, bool& closed) const {
+    while (!bytes.empty()) {
+      ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return socket_failure(n, errno, "while kiln sent a command", closed);
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return {};
+  }
+
+  // Reads a GET's reply: "$<length>\r\n<value>\r\n", "$-1\r\n" (no such key: nullopt) or an
+  // error ("-..."). The value is received into a string of its length, straight from the socket
+  // but for what arrived with the first line. Anything that breaks the protocol (a reply cut
+  // short, a length its value does not match, more than one reply) is an error, never data.
+  Status read_value(int fd, std::optional<std::string>& value, bool& closed) const {
+    char head[k_reply_head_bytes];
+    size_t have = 0, line_end = 0;
+    for (;;) {  // the first line
+      if (const void* cr = have > 1 ? ::memmem(head, have, "\r\n", 2) : nullptr) {
+        line_end = static_cast<size_t>(static_cast<const char*>(cr) - head);
+        break;
+      }
+      if (have == sizeof head)
+        return unavailable(label() + ": GET answered a line of more than " + std::to_string(sizeof head) + " bytes");
+      ssize_t n = ::recv(fd, head + have, sizeof head - have, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return socket_failure(n, errno, "before answering GET", closed);
+      have += static_cast<size_t>(n);
+    }
+    std::string_view line(head, line_end), rest(head + line_end + 2, have - line_end - 2);
+    if (line.empty() || (line[0] != '$' && line[0] != '-'))
+      return unavailable(label() + ": GET answered something unexpected (a reply starting \"" + shown(line, 16) +
+                         "\")");
+    if (line[0] == '-') return unavailable(label() + ": GET failed: " + shown(line.substr(1), 200));
+    if (line == "$-1") {
+      if (!rest.empty()) return unavailable(label() + ": GET answered more than one reply");
+      return {};
+    }
+    uint64_t length = 0;
+    std::string_view digits = line.substr(1);
+    if (digits.empty() || digits.size() > 10 || digits.find_first_not_of("0123456789") != std::string_view::npos)
+      return unavailable(label() + ": GET answered a malformed length \"" + shown(digits, 16) + "\"");
+    for (char d : digits) length = length * 10 + static_cast<uint64_t>(d - '0');
+    if (length > k_max_value_bytes)
+      return unavailable(label() + ": GET answered a length of " + std::to_string(length) +
+                         " bytes, more than Redis can hold");
+    std::string out(length, '\0');
+    size_t got = std::min<size_t>(rest.size(), length);
+    std::memcpy(out.data(), rest.data(), got);
+    rest.remove_prefix(got);
+    while (got < length) {
+      ssize_t n = ::recv(fd, out.data() + got, length - got, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        return socket_failure(
+            n, errno, "after " + std::to_string(got) + " of the value's " + std::to_string(length) + " bytes", closed);
+      got += static_cast<size_t>(n);
+    }
+    char end[2];
+    size_t have_end = std::min<size_t>(rest.size(), 2);
+    std::memcpy(end, rest.data(), have_end);
+    rest.remove_prefix(have_end);
+    while (have_end < 2) {
+      ssize_t n = ::recv(fd, end + have_end, 2 - have_end, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        return socket_failure(n, errno, "before the end of the value's " + std::to_string(length) + " bytes", closed);
+      have_end += static_cast<size_t>(n);
+    }
+    if (end[0] != '\r' || end[1] != '\n')
+      return unavailable(label() + ": GET's value does not end where its length (" + std::to_string(length) +
+                         " bytes) says");
+    if (!rest.empty()) return unavailable(label() + ": GET answered more than one reply");
+    value = std::move(out);
+    return {};
   }
 
   EndpointOptions m_options;

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sqlite3.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include "cache/blob.h"
 #include "cache/store_sql.h"
 #include "support/file_util.h"
+#include "support/mapped_file.h"
 #include "support/units.h"
 
 namespace kiln::cache {
@@ -322,40 +322,17 @@ Result<std::optional<Artifact>> Store::get(const Hash128& key) {
   return std::optional<Artifact>(std::move(a));
 }
 
-namespace {
-
-// A blob file mapped read-only for as long as a MappedArtifact holds it.
-struct Mapping {
-  void* address = MAP_FAILED;
-  size_t size = 0;
-  ~Mapping() {
-    if (address != MAP_FAILED) ::munmap(address, size);
-  }
-};
-
-}  // namespace
-
 Result<std::optional<MappedArtifact>> Store::map(const Hash128& key) {
   std::string path = blob_path(key);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    KILN_RETURN_IF_ERROR(missing(key, errno == ENOENT ? not_found(path) : errno_status("open " + path, errno)));
+  // Populated at once: a PCH is read whole by the compile that maps it. Blobs are replaced by
+  // rename, never written in place, so a mapped one cannot change (support/mapped_file.h).
+  auto opened = MappedFile::open(path, /*populate=*/true);
+  if (!opened.ok()) {
+    KILN_RETURN_IF_ERROR(missing(key, opened.status()));
     return std::optional<MappedArtifact>();
   }
-  struct stat st{};
-  auto mapping = std::make_shared<Mapping>();
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-    mapping->size = static_cast<size_t>(st.st_size);
-    // Blobs are replaced by rename, never written in place: the mapped file cannot change.
-    mapping->address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  }
-  int err = errno;
-  ::close(fd);
-  if (mapping->address == MAP_FAILED) {
-    if (st.st_size > 0) return errno_status("mmap " + path, err);
-    mapping->size = 0;  // empty: fails its checks below
-  }
-  std::string_view file(mapping->address == MAP_FAILED ? "" : static_cast<const char*>(mapping->address), mapping->size);
+  std::shared_ptr<const MappedFile> mapping = std::move(opened).value();
+  std::string_view file = mapping->view();
   if (blob_format_version(file) > k_blob_format_version) return std::optional<MappedArtifact>();
   Result<BlobInPlace> blob = decode_blob_in_place(file);
   if (blob.ok() && !blob->content) {
@@ -368,7 +345,7 @@ Result<std::optional<MappedArtifact>> Store::map(const Hash128& key) {
   Result<ArtifactRecord> record = blob.ok() ? decode_record(blob->metadata) : Result<ArtifactRecord>(blob.status());
   if (!checked(key, record, blob.ok() ? blob->content->size() : 0)) return std::optional<MappedArtifact>();
   MappedArtifact a{std::move(record).value(), *blob->content, mapping};
-  a.record.stored_size = mapping->size;
+  a.record.stored_size = file.size();
   count_hit(key);
   return std::optional<MappedArtifact>(std::move(a));
 }

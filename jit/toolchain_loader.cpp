@@ -8,14 +8,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "jit/nvrtc/nvjitlink.h"
-#include "support/elf_build_id.h"
 #include "support/cuda_toolkit.h"
+#include "support/elf_build_id.h"
 #include "support/file_memo.h"
 #include "support/file_util.h"
-#include "support/install_paths.h"
 #include "support/hash.h"
+#include "support/install_paths.h"
 
 namespace kiln::jit {
 namespace {
@@ -141,6 +142,13 @@ Result<Toolchain*> load_clang_toolchain() {
   });
   if (!g_toolchain) return g_load_status;
   return g_toolchain;
+}
+
+void start_loading_clang_toolchain() {
+  static std::once_flag started;
+  // Detached: whoever started it calls load_clang_toolchain() next, which waits in call_once
+  // until this thread's load is done, so it never outlives the work that needs it.
+  std::call_once(started, [] { std::thread([] { (void)load_clang_toolchain(); }).detach(); });
 }
 
 bool clang_toolchain_loaded() { return g_toolchain != nullptr; }

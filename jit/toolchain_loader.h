@@ -36,6 +36,12 @@ bool clang_toolchain_present();
 // or says what is missing and where it looked.
 Result<Toolchain*> load_clang_toolchain();
 
+// Starts load_clang_toolchain() on a thread of its own and returns at once: the caller does
+// what precedes its compile (finding its precompiled headers) while the library is mapped and
+// relocated (~17 ms), and its load_clang_toolchain() then waits for that load. Call it only
+// where a compile follows: the hit path never loads the compiler.
+void start_loading_clang_toolchain();
+
 // True once load_clang_toolchain() has loaded the library in this process.
 bool clang_toolchain_loaded();
 

@@ -411,6 +411,12 @@ void FaultProxy::relay(int client) {
       send_all(client, buf, amount - passed);
       break;
     }
+    if (fault == Fault::kStall && passed + len > amount) {
+      send_all(client, buf, amount - passed);
+      while (wait_readable(server) && ::recv(server, buf, sizeof buf, 0) > 0) {
+      }
+      break;
+    }
     if (!send_all(client, buf, len)) break;
     passed += len;
   }

@@ -164,6 +164,7 @@ class FaultProxy {
     kTruncate,  // pass `amount` bytes of the answers on a connection, then close it
     kFlip,      // invert the byte at offset `amount` of the answers on each connection
     kRefuse,    // close each connection at once
+    kStall,     // pass `amount` bytes of the answers on a connection, then nothing (it stays open)
   };
   explicit FaultProxy(int upstream_port);
   ~FaultProxy();

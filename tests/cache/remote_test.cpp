@@ -145,8 +145,8 @@ class RemoteServersTest : public ::testing::Test {
   // Fetches `key`'s artifact, accepting whatever opens; its payload or "".
   static std::string fetch(RemoteTiers& t, const Hash128& key) {
     std::string got;
-    t.fetch(RemoteObject::kArtifact, key, [&](std::string&& p) {
-      got = std::move(p);
+    t.fetch(RemoteObject::kArtifact, key, [&](std::string_view p) {
+      got = p;
       return Status();
     });
     return got;
@@ -222,6 +222,75 @@ TEST_F(RemoteServersTest, ARestartedRedisIsReconnectedTo) {
   auto up = raw->get("n");
   ASSERT_TRUE(up.ok()) << up.status().message();
   EXPECT_FALSE(up->has_value());
+}
+
+TEST_F(RemoteServersTest, RedisValuesOfEverySizeArriveWholeOnOneKeptConnection) {
+  REQUIRE_REDIS();
+  RedisServer redis(m_dir.path());
+  FaultProxy counting(redis.port());  // passes everything, counting connections
+  auto raw = raw_redis(counting.url("redis"));
+  // Around the reader's first read (16 KiB: the reply's first line and what comes with it),
+  // empty, and larger than any socket buffer; binary, with CR LF inside.
+  for (size_t size : {size_t{0}, size_t{1}, size_t{16376}, size_t{16377}, size_t{16384}, size_t{65536}, size_t{1} << 20,
+                      size_t{10} << 20}) {
+    std::string value = bytes(size, static_cast<uint32_t>(size)) + (size ? "\r\n" : "");
+    std::string name = "v" + std::to_string(size);
+    ASSERT_TRUE(raw->put(name, value).ok()) << size;
+    auto got = raw->get(name);
+    ASSERT_TRUE(got.ok()) << size << ": " << got.status().message();
+    ASSERT_TRUE(got->has_value()) << size;
+    EXPECT_EQ(**got, value) << size;
+    auto none = raw->get(name + "-absent");
+    ASSERT_TRUE(none.ok()) << none.status().message();
+    EXPECT_FALSE(none->has_value());
+  }
+  EXPECT_EQ(counting.connections(), 1) << "every reply read whole, so the connection stays in step";
+}
+
+TEST_F(RemoteServersTest, RedisRepliesCutStalledOrGarbledAreErrorsNotData) {
+  REQUIRE_REDIS();
+  RedisServer redis(m_dir.path());
+  Hash128 key = key_of("r");
+  std::string payload = bytes(1 << 20, 5);
+  {
+    auto direct = tiers(redis.url());
+    direct->publish({{RemoteObject::kArtifact, key, payload}});
+    direct->drain();
+  }
+  // The reply is "$<length>\r\n", the envelope (a 64-byte header and the payload), "\r\n":
+  // offsets into what the proxy passes.
+  const size_t value_size = payload.size() + 64, header = std::to_string(value_size).size() + 3;
+  struct Case {
+    FaultProxy::Fault fault;
+    size_t amount;
+    const char* what;
+    const char* says;
+  };
+  for (const Case& c :
+       {Case{FaultProxy::Fault::kTruncate, 300000, "cut in the middle of the value", "closed the connection after"},
+        Case{FaultProxy::Fault::kTruncate, 3, "cut in the length", "closed the connection before answering GET"},
+        Case{FaultProxy::Fault::kStall, 300000, "silent in the middle of the value", "timed out"},
+        Case{FaultProxy::Fault::kFlip, 1, "a length that is not a number", "malformed length"},
+        Case{FaultProxy::Fault::kFlip, header + value_size, "a value longer than its length", "does not end"},
+        Case{FaultProxy::Fault::kDelay, 700, "slower than remote.timeout", "timed out"},
+        Case{FaultProxy::Fault::kRefuse, 0, "closed at once", "the connection before answering GET"}}) {
+    FaultProxy proxy(redis.port());
+    proxy.set(c.fault, c.amount);
+    m_reports.clear();
+    auto t = tiers(proxy.url("redis"));
+    auto start = Clock::now();
+    EXPECT_EQ(fetch(*t, key), "") << c.what;
+    EXPECT_LT(ms_since(start), 3000) << c.what << ": one timeout (300 ms) at most";
+    EXPECT_EQ(counter(*t, TierCounter::kErrors), 1) << c.what;
+    ASSERT_EQ(m_reports.size(), 1u) << c.what;
+    EXPECT_NE(m_reports[0].find(c.says), std::string::npos) << c.what << ": " << m_reports[0];
+    // The breaker skips it now: no second wait.
+    start = Clock::now();
+    EXPECT_EQ(fetch(*t, key), "") << c.what;
+    EXPECT_LT(ms_since(start), 100) << c.what;
+  }
+  // The same server, straight: the object was never harmed.
+  EXPECT_EQ(fetch(*tiers(redis.url()), key), payload);
 }
 
 TEST_F(RemoteServersTest, HttpStoresInEachLayout) {

@@ -83,8 +83,8 @@ class RemoteTlsTest : public ::testing::Test {
   std::unique_ptr<RemoteTiers> tiers(RemoteOptions o) { return RemoteTiers::create(std::move(o)).value(); }
   static std::string fetch(RemoteTiers& t, const Hash128& key) {
     std::string got;
-    t.fetch(RemoteObject::kArtifact, key, [&](std::string&& p) {
-      got = std::move(p);
+    t.fetch(RemoteObject::kArtifact, key, [&](std::string_view p) {
+      got = p;
       return Status();
     });
     return got;

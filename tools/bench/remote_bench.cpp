@@ -98,7 +98,7 @@ void BM_RemoteHit(benchmark::State& state, const std::string& scheme) {
   tiers->drain();
 
   // The connection (and TLS session) a node's first miss makes, before the timed misses.
-  if (!tiers->fetch(RemoteObject::kManifest, record.input_key, [](std::string&&) { return Status(); }))
+  if (!tiers->fetch(RemoteObject::kManifest, record.input_key, [](std::string_view) { return Status(); }))
     return state.SkipWithError("the remote hit missed");
 
   std::vector<double> us;
@@ -110,8 +110,8 @@ void BM_RemoteHit(benchmark::State& state, const std::string& scheme) {
     ::unlink(store->manifest_path(record.input_key).c_str());
     state.ResumeTiming();
     auto start = std::chrono::steady_clock::now();
-    bool manifest = tiers->fetch(RemoteObject::kManifest, record.input_key, [](std::string&&) { return Status(); });
-    bool artifact = tiers->fetch(RemoteObject::kArtifact, record.key, [&](std::string&& file) -> Status {
+    bool manifest = tiers->fetch(RemoteObject::kManifest, record.input_key, [](std::string_view) { return Status(); });
+    bool artifact = tiers->fetch(RemoteObject::kArtifact, record.key, [&](std::string_view file) -> Status {
       auto a = store->import(record.key, file);
       if (!a.ok()) return a.status();
       benchmark::DoNotOptimize(a->bytes.data());
