@@ -303,7 +303,6 @@ void PrecompiledHeaders::build(std::shared_ptr<Slot> slot, std::shared_ptr<const
   if (made.success) {
     auto bytes = std::make_shared<const std::string>(std::move(made.artifact));
     std::lock_guard guard(m_mutex);
-    auto bytes = std::make_shared<const std::string>(std::move(made.artifact));
     slot->bytes = *bytes;
     slot->memory = std::move(bytes);
     slot->headers = std::move(headers).value();
