@@ -432,4 +432,11 @@ void FaultProxy::forget(int fd) {
   ::close(fd);
 }
 
+std::vector<BadCertificate> bad_certificates(const TestCa& trusted, const std::string& dir) {
+  TestCa other(dir, "another CA");  // its files stay in `dir`
+  return {{"another CA", other.issue("foreign", "IP:127.0.0.1"), "not signed by a CA this node trusts"},
+          {"expired", trusted.issue("expired", "IP:127.0.0.1,DNS:localhost", -1), "has expired"},
+          {"issued for another name", trusted.issue("misnamed", "DNS:cache.example.org"), "not issued for 127.0.0.1"}};
+}
+
 }  // namespace kiln::testing

@@ -109,6 +109,16 @@ class TestCa {
   std::string m_dir, m_ca_pem, m_ca_key;
 };
 
+// The three certificates a node must refuse, each with what its warning says: one from a CA the
+// node does not trust (made in `dir`), one expired and one for another name, both issued by
+// `trusted` for 127.0.0.1.
+struct BadCertificate {
+  const char* what;
+  TestCa::Issued cert;
+  const char* says;
+};
+std::vector<BadCertificate> bad_certificates(const TestCa& trusted, const std::string& dir);
+
 struct NginxOptions {
   std::string bearer_token;  // non-empty: requests must carry "Authorization: Bearer <token>"
   std::string basic_user, basic_password;  // non-empty: basic auth

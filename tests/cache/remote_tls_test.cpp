@@ -135,18 +135,7 @@ TEST_F(RemoteTlsTest, HttpsPublishesAndFetchesOnKeptConnections) {
 TEST_F(RemoteTlsTest, AnUntrustedAnExpiredOrAMisnamedCertificateIsRefusedWithTheReason) {
   REQUIRE_TLS_NGINX();
   TempDir other_dir;
-  TestCa other(other_dir.path(), "another CA");
-  auto foreign = other.issue("foreign", "IP:127.0.0.1");
-  auto expired = m_ca.issue("expired", "IP:127.0.0.1,DNS:localhost", -1);
-  auto misnamed = m_ca.issue("misnamed", "DNS:cache.example.org");
-  struct Case {
-    const char* what;
-    testing::TestCa::Issued cert;
-    const char* says;
-  };
-  for (const Case& c :
-       {Case{"another CA", foreign, "not signed by a CA this node trusts"}, Case{"expired", expired, "has expired"},
-        Case{"issued for another name", misnamed, "not issued for 127.0.0.1"}}) {
+  for (const auto& c : testing::bad_certificates(m_ca, other_dir.path())) {
     m_reports.clear();
     auto nginx = https_server([&](testing::NginxOptions& o) {
       o.tls_cert = c.cert.cert;
