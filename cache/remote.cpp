@@ -202,6 +202,11 @@ Result<std::string> client_key(const RemoteOptions& o) {
   return text;
 }
 
+// Whether a host name is this machine: credentials sent there in clear cross no network.
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) {
@@ -245,6 +250,19 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
     if (!config.password_file.empty()) {
       KILN_ASSIGN_OR_RETURN(eo.password, read_secret_file(config.password_file));
     }
+    // A token, a user's password or Redis's AUTH password sent over plain http:// or redis://
+    // to another machine can be read by anyone on the path: allowed (a private network may be
+    // trusted), but said once, with the way out.
+    const char* credential = !config.token_file.empty()        ? "token-file"
+                             : !config.basic_auth_file.empty() ? "basic-auth-file"
+                             : !config.password_file.empty()   ? "password-file"
+                                                               : nullptr;
+    for (auto& url : config.endpoints)
+      if (credential && url.scheme != "https" && !is_loopback(url.host) && o.report)
+        o.report("credentials in clear " + url.text,
+                 std::string("the ") + credential + " of tier " + url.text + " is sent in clear over " + url.scheme +
+                     ":// to another machine: anyone on the path can read it; use https:// (for Redis, a local TLS "
+                     "tunnel: README, 'The shared cluster cache')");
     for (auto& url : config.endpoints) {
       auto endpoint = std::make_unique<Endpoint>();
       KILN_ASSIGN_OR_RETURN(endpoint->remote, make_endpoint(url, eo));

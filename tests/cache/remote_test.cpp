@@ -345,6 +345,24 @@ TEST_F(RemoteServersTest, HttpSendsTheTokenOrUserFromOwnerOnlyFiles) {
   EXPECT_FALSE(RemoteTiers::create(std::move(o)).ok());
 }
 
+// Credentials over plain http:// or redis:// to another machine are one warning each (nothing
+// is sent: making the tiers connects nowhere); to this machine, or over https://, none.
+TEST_F(RemoteServersTest, CredentialsInClearToAnotherMachineAreWarnedOf) {
+  m_dir.write("token", "t0ken\n");
+  m_dir.write("password", "pw\n");
+  for (auto* f : {"token", "password"}) ::chmod((m_dir / f).c_str(), 0600);
+  auto quiet = tiers("http://127.0.0.1:9/kiln|token-file=" + m_dir / "token" + " http://localhost:9/kiln|token-file=" +
+                     m_dir / "token" + " redis://[::1]:9|password-file=" + m_dir / "password" + " http://10.0.0.1:9/kiln");
+  EXPECT_TRUE(m_reports.empty()) << m_reports.front();
+  auto loud = tiers("http://10.0.0.1:9/kiln|token-file=" + m_dir / "token" + " redis://cache.example:9|password-file=" +
+                    m_dir / "password");
+  ASSERT_EQ(m_reports.size(), 2u);
+  EXPECT_NE(m_reports[0].find("token-file of tier http://10.0.0.1:9/kiln is sent in clear"), std::string::npos) << m_reports[0];
+  EXPECT_NE(m_reports[0].find("use https://"), std::string::npos) << m_reports[0];
+  EXPECT_NE(m_reports[1].find("password-file of tier redis://cache.example:9 is sent in clear"), std::string::npos)
+      << m_reports[1];
+}
+
 TEST_F(RemoteServersTest, ASilentRemoteCostsOneShortTimeoutThenIsSkipped) {
   REQUIRE_REDIS();
   RedisServer redis(m_dir.path());
