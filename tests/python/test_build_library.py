@@ -111,3 +111,73 @@ def test_two_units_with_locals_of_the_same_names_link_into_one_library(tmp_path)
     assert lib.user5(1) == (1 + 5) * 3 + len("hello from the second unit") + len("literal")
     assert lib.first5(1) == (1 + 5) * 2 + 2 * len("literal")
 
+
+
+# A prelude whose headers use vtables of class templates: the PCH instantiates their virtual
+# members once (jit/clang: GenerateHostPchAction), and every compile that uses it must still emit
+# those vtables, and still instantiate the members whose templates only its own source defines.
+PRELUDE = r"""
+#pragma once
+template <typename T> struct Shape {
+  virtual ~Shape() = default;
+  virtual T area() const { return side * side; }
+  virtual T sides() const;  // defined by the sources, after this header
+  T side = 3;
+};
+template <typename T> struct Square final : Shape<T> {
+  T area() const override { return this->side * this->side * 2; }
+};
+inline Shape<int>* make_shape() { return new Shape<int>; }
+inline Shape<int>* make_square() { return new Square<int>; }
+template <typename T> T doubled(T x) { return x.doubled(); }
+"""
+
+SHAPES = r"""
+template <typename T> T Shape<T>::sides() const { return %d; }
+extern "C" int area_%s() { Shape<int>* s = make_shape(); int a = s->area(); delete s; return a; }
+extern "C" int square_area_%s() { Shape<int>* s = make_square(); int a = s->area(); delete s; return a; }
+extern "C" int sides_%s() { Shape<int>* s = make_square(); int n = s->sides(); delete s; return n; }
+"""
+
+
+def test_a_prelude_with_vtables_serves_every_unit_through_its_precompiled_header(tmp_path):
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "shapes.h").write_text(PRELUDE)
+    for unit in ("a", "b"):
+        (tmp_path / ("%s.cpp" % unit)).write_text(SHAPES % (4, unit, unit, unit))
+    built = []
+    for name in ("shapes_one", "shapes_two"):  # the second finds the PCH the first made
+        out = tmp_path / ("%s.so" % name)
+        done = run_python("""
+            import json, kiln
+            lib = kiln.context("none").build_library(%r, [%r, %r], system_include_dirs=[%r], prelude=["shapes.h"],
+                                                     unit_defines=["LIBRARY_NAME=" + %r], flags=["-O1", "-std=c++17"],
+                                                     output=%r)
+            print(json.dumps({"cache": lib["cache_source"], "pch": lib["precompiled_headers_used"]}))
+            """ % (name, str(tmp_path / "a.cpp"), str(tmp_path / "b.cpp"), str(include), name, str(out)),
+                          env={"KILN_CACHE_DIR": str(tmp_path / "cache")})
+        assert '"cache": "compiled"' in done.stdout and '"pch": 0' not in done.stdout, done.stdout
+        built.append(out)
+    for out in built:
+        lib = ctypes.CDLL(str(out))
+        for unit in ("a", "b"):
+            assert getattr(lib, "area_" + unit)() == 9
+            assert getattr(lib, "square_area_" + unit)() == 18
+            assert getattr(lib, "sides_" + unit)() == 4
+
+    # An error in a template of the prelude's headers, instantiated by a source compiled with
+    # their PCH: the error and where it came from, not a complaint about the PCH.
+    (tmp_path / "bad.cpp").write_text('extern "C" int bad() { return doubled(3); }\n')
+    done = run_python("""
+        import kiln
+        try:
+            kiln.context("none").build_library("shapes_bad", [%r, %r], system_include_dirs=[%r], prelude=["shapes.h"],
+                                               flags=["-O1", "-std=c++17"])
+        except kiln.KilnError as e:
+            print(e.code, [(d["file"], d["line"], d["message"]) for d in e.diagnostics])
+        """ % (str(tmp_path / "a.cpp"), str(tmp_path / "bad.cpp"), str(include)), env={"KILN_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.stdout.startswith("compile_error"), done.stdout
+    assert "precompiled" not in done.stdout, done.stdout
+    assert "shapes.h', 14, \"member reference base type 'int' is not a structure or union\"" in done.stdout, done.stdout
+    assert "bad.cpp', 1, " in done.stdout, done.stdout
