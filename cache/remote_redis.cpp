@@ -240,6 +240,22 @@ class RedisEndpoint final : public RemoteEndpoint {
     return {};
   }
 
+  // Fills out[0, n): first with what already arrived (taken from `rest`), then from the socket;
+  // `where(got)` says where in the reply a failure came.
+  template <typename Where>
+  Status receive(int fd, char* out, size_t n, std::string_view& rest, bool& closed, Where&& where) const {
+    size_t got = std::min(rest.size(), n);
+    std::memcpy(out, rest.data(), got);
+    rest.remove_prefix(got);
+    while (got < n) {
+      ssize_t r = ::recv(fd, out + got, n - got, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return socket_failure(r, errno, where(got), closed);
+      got += static_cast<size_t>(r);
+    }
+    return {};
+  }
+
   // Reads a GET's reply: "$<length>\r\n<value>\r\n", "$-1\r\n" (no such key: nullopt) or an
   // error ("-..."). The value is received into a string of its length, straight from the socket
   // but for what arrived with the first line. Anything that breaks the protocol (a reply cut
@@ -277,28 +293,13 @@ class RedisEndpoint final : public RemoteEndpoint {
       return unavailable(label() + ": GET answered a length of " + std::to_string(length) +
                          " bytes, more than Redis can hold");
     std::string out(length, '\0');
-    size_t got = std::min<size_t>(rest.size(), length);
-    std::memcpy(out.data(), rest.data(), got);
-    rest.remove_prefix(got);
-    while (got < length) {
-      ssize_t n = ::recv(fd, out.data() + got, length - got, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        return socket_failure(
-            n, errno, "after " + std::to_string(got) + " of the value's " + std::to_string(length) + " bytes", closed);
-      got += static_cast<size_t>(n);
-    }
+    KILN_RETURN_IF_ERROR(receive(fd, out.data(), length, rest, closed, [&](size_t got) {
+      return "after " + std::to_string(got) + " of the value's " + std::to_string(length) + " bytes";
+    }));
     char end[2];
-    size_t have_end = std::min<size_t>(rest.size(), 2);
-    std::memcpy(end, rest.data(), have_end);
-    rest.remove_prefix(have_end);
-    while (have_end < 2) {
-      ssize_t n = ::recv(fd, end + have_end, 2 - have_end, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        return socket_failure(n, errno, "before the end of the value's " + std::to_string(length) + " bytes", closed);
-      have_end += static_cast<size_t>(n);
-    }
+    KILN_RETURN_IF_ERROR(receive(fd, end, 2, rest, closed, [&](size_t) {
+      return "before the end of the value's " + std::to_string(length) + " bytes";
+    }));
     if (end[0] != '\r' || end[1] != '\n')
       return unavailable(label() + ": GET's value does not end where its length (" + std::to_string(length) +
                          " bytes) says");

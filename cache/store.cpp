@@ -335,16 +335,24 @@ Result<std::optional<MappedArtifact>> Store::map(const Hash128& key) {
   std::string_view file = mapping->view();
   if (blob_format_version(file) > k_blob_format_version) return std::optional<MappedArtifact>();
   Result<BlobInPlace> blob = decode_blob_in_place(file);
-  if (blob.ok() && !blob->content) {
-    // Compressed: decoded into memory of its own, as get() does.
-    KILN_ASSIGN_OR_RETURN(std::optional<Artifact> got, get(key));
-    if (!got) return std::optional<MappedArtifact>();
-    auto owned = std::make_shared<const std::string>(std::move(got->bytes));
-    return std::optional<MappedArtifact>(MappedArtifact{std::move(got->record), *owned, owned});
+  std::shared_ptr<const void> memory = mapping;
+  std::string_view content;
+  if (blob.ok() && blob->content) {
+    content = *blob->content;
+  } else if (blob.ok()) {
+    // Compressed: its content decoded from the mapping into memory of its own.
+    Result<DecodedBlob> decoded = decode_blob(file, /*with_metadata=*/false);
+    if (decoded.ok()) {
+      auto owned = std::make_shared<const std::string>(std::move(decoded->content));
+      content = *owned;
+      memory = std::move(owned);
+    } else {
+      blob = decoded.status();
+    }
   }
   Result<ArtifactRecord> record = blob.ok() ? decode_record(blob->metadata) : Result<ArtifactRecord>(blob.status());
-  if (!checked(key, record, blob.ok() ? blob->content->size() : 0)) return std::optional<MappedArtifact>();
-  MappedArtifact a{std::move(record).value(), *blob->content, mapping};
+  if (!checked(key, record, content.size())) return std::optional<MappedArtifact>();
+  MappedArtifact a{std::move(record).value(), content, std::move(memory)};
   a.record.stored_size = file.size();
   count_hit(key);
   return std::optional<MappedArtifact>(std::move(a));
