@@ -3,6 +3,8 @@
 #   P/lib/libkiln.so                    the C++ API (<kiln/kiln.h>)
 #   P/lib/kiln/libkiln_jit_clang.so     the in-process Clang toolchain, dlopen'ed on a miss
 #   P/lib/kiln/kiln-spirv, kiln-hiprtc  helpers run per compile: LLVM's SPIR-V back end, hiprtc
+#   P/lib/kiln/llvm                     with KILN_STATIC_LLVM (a wheel): Clang's resource folder,
+#                                       compiler-rt's builtins and libomp, as an LLVM prefix
 #   P/include/kiln/kiln.h               the public header
 #   P/share/kiln/specs                  the bundled ops
 #   P/share/kiln/include/{cpu,cuda,hip} the headers kernels include (<kiln/cpu_kernel.h>, kiln's HIP prelude)
@@ -15,11 +17,26 @@ set(KILN_INSTALL_CMAKEDIR lib/cmake/kiln)
 install(TARGETS kiln RUNTIME DESTINATION bin)
 install(TARGETS kiln_api EXPORT kilnTargets LIBRARY DESTINATION lib)
 if(TARGET kiln_jit_clang)
-  # It links libLLVM and libclang-cpp from the system's LLVM: keep pointing there.
-  set_target_properties(kiln_jit_clang PROPERTIES INSTALL_RPATH "${LLVM_LIBRARY_DIR}")
   install(TARGETS kiln_jit_clang LIBRARY DESTINATION lib/kiln)
-  set_target_properties(kiln-spirv PROPERTIES INSTALL_RPATH "${LLVM_LIBRARY_DIR}")
   install(TARGETS kiln-spirv RUNTIME DESTINATION lib/kiln)
+  if(KILN_STATIC_LLVM)
+    # The toolchain library carries Clang, LLVM and lld; beside it, laid out as an LLVM prefix
+    # (jit/toolchain.h, clang_driver_path), what the driver reads from disk: Clang's resource
+    # headers (stddef.h, intrinsics, the CUDA wrappers, omp.h), compiler-rt's builtins for host
+    # links, and LLVM's OpenMP runtime for -fopenmp sources (kiln.torch preloads it).
+    set(kiln_resource ${LLVM_LIBRARY_DIR}/clang/${LLVM_VERSION_MAJOR})
+    install(DIRECTORY ${kiln_resource}/include DESTINATION lib/kiln/llvm/lib/clang/${LLVM_VERSION_MAJOR})
+    install(FILES ${KILN_CLANG_BUILTINS_PATH} DESTINATION lib/kiln/llvm/lib/clang/${LLVM_VERSION_MAJOR}/lib/linux)
+    get_filename_component(kiln_libomp ${LLVM_LIBRARY_DIR}/libomp.so REALPATH)
+    if(EXISTS ${kiln_libomp})
+      # A wheel holds no symbolic links: the file under its link-time name; its soname
+      # (libomp.so.5) is what artifacts record.
+      install(FILES ${kiln_libomp} DESTINATION lib/kiln/llvm/lib RENAME libomp.so)
+    endif()
+  else()
+    # It links libLLVM and libclang-cpp from the system's LLVM: keep pointing there.
+    set_target_properties(kiln_jit_clang PROPERTIES INSTALL_RPATH "${LLVM_LIBRARY_DIR}")
+  endif()
 endif()
 install(TARGETS kiln-hiprtc RUNTIME DESTINATION lib/kiln)
 install(FILES ${PROJECT_SOURCE_DIR}/api/include/kiln/kiln.h DESTINATION include/kiln)

@@ -1,7 +1,10 @@
 #include "jit/toolchain.h"
 
+#include <unistd.h>
+
 #include <regex>
 
+#include "support/file_util.h"
 #include "support/install_paths.h"
 
 namespace kiln::jit {
@@ -79,5 +82,28 @@ std::vector<Diagnostic> parse_log_lines(const std::string& log, const LogLineFor
 }
 
 std::string spirv_helper_path() { return find_kiln_file("kiln-spirv", "KILN_SPIRV_HELPER", KILN_SPIRV_HELPER_BUILD_PATH); }
+
+const std::string& clang_driver_path() {
+  // Once: every compile's driver is made from it. A bundled prefix counts only when it holds
+  // Clang's resource folder, so an empty or partial one falls back to the system's LLVM.
+  static const std::string path = [] {
+    std::string bundled = find_kiln_file("llvm", "KILN_LLVM_DIR", "");
+    if (!bundled.empty() && ::access((bundled + "/lib/clang/" KILN_LLVM_VERSION_MAJOR "/include").c_str(), R_OK) == 0)
+      return bundled + "/bin/clang++";
+    return std::string(KILN_CLANG_EXECUTABLE);
+  }();
+  return path;
+}
+
+std::string clang_resource_dir() {
+  const std::string& driver = clang_driver_path();
+  if (driver.empty()) return "";
+  return dirname_of(dirname_of(driver)) + "/lib/clang/" KILN_LLVM_VERSION_MAJOR;
+}
+
+std::string clang_builtins_path() {
+  std::string resource = clang_resource_dir();
+  return resource.empty() ? "" : resource + "/lib/linux/libclang_rt.builtins-x86_64.a";
+}
 
 }  // namespace kiln::jit

@@ -129,7 +129,25 @@ class Toolchain {
 // else beside the toolchain library or the program, else the build tree.
 std::string spirv_helper_path();
 
+// The Clang installation the in-process driver acts as: its resource headers (stddef.h, the CUDA
+// wrappers, omp.h), compiler-rt's builtins, libomp. A wheel carries one beside the toolchain
+// library (lib/kiln/llvm, the layout of an LLVM prefix: the driver finds everything from the
+// path it is given, and no program is ever run from it); a build from source uses the system's
+// LLVM. $KILN_LLVM_DIR names another prefix laid out the same way.
+//   clang_driver_path():   <prefix>/bin/clang++ (never executed)
+//   clang_resource_dir():  <prefix>/lib/clang/<major>
+//   clang_builtins_path(): compiler-rt's builtins archive in it, linked into host artifacts
+const std::string& clang_driver_path();
+std::string clang_resource_dir();
+std::string clang_builtins_path();
+
+// The exported entry of kiln-spirv's work, inside the toolchain library (kiln-spirv is a small
+// program that loads the library and calls it, so the wheel carries one copy of LLVM).
+using SpirvEmitMain = int (*)(int argc, char** argv);
+
 }  // namespace kiln::jit
 
 // The symbol a toolchain library exports. Returns a toolchain that lives until exit.
 extern "C" kiln::jit::Toolchain* kiln_jit_clang_toolchain();
+// kiln-spirv's body (jit/spirv/spirv_emit.cpp): bitcode on stdin, SPIR-V on stdout.
+extern "C" int kiln_spirv_emit_main(int argc, char** argv);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "jit/nvrtc/nvjitlink.h"
 #include "support/cuda_toolkit.h"
@@ -30,7 +31,8 @@ std::string clang_toolchain_library_path() { return find_kiln_file(k_library_nam
 bool clang_toolchain_present() {
   static const bool present = [] {
     std::string library = clang_toolchain_library_path();
-    return !library.empty() && !std::string(KILN_LIBCLANG_CPP_PATH).empty() && ::access(library.c_str(), R_OK) == 0;
+    return !library.empty() && (KILN_STATIC_LLVM || !std::string(KILN_LIBCLANG_CPP_PATH).empty()) &&
+           ::access(library.c_str(), R_OK) == 0;
   }();
   return present;
 }
@@ -46,9 +48,11 @@ Result<std::string> clang_toolchain_identity() {
       return;
     }
     std::string id = "clang-inproc;llvm=" KILN_LLVM_VERSION;
-    // What compiles: kiln's driver code (its build id changes when it does), Clang and LLVM.
-    for (const std::string& file : {clang_toolchain_library_path(), std::string(KILN_LIBCLANG_CPP_PATH),
-                                    std::string(KILN_LIBLLVM_PATH)}) {
+    // What compiles: kiln's driver code (its build id changes when it does), Clang and LLVM; in a
+    // wheel all three are one library, whose build id covers what was linked into it.
+    std::vector<std::string> files = {clang_toolchain_library_path()};
+    if (!KILN_STATIC_LLVM) files.insert(files.end(), {KILN_LIBCLANG_CPP_PATH, KILN_LIBLLVM_PATH});
+    for (const std::string& file : files) {
       if (file.empty()) {
         identity = unavailable("kiln was built without the Clang toolchain (KILN_WITH_CLANG=OFF)");
         return;
@@ -62,7 +66,7 @@ Result<std::string> clang_toolchain_identity() {
       id += ";" + file.substr(file.find_last_of('/') + 1) + "=" + build_id.value();
     }
     // Compiler-rt's builtins are linked into host artifacts (another package than libclang).
-    auto builtins = memo_file_hash(KILN_CLANG_BUILTINS_PATH);
+    auto builtins = memo_file_hash(clang_builtins_path());
     id += ";clang_rt.builtins=" + (builtins.ok() ? builtins->hex() : std::string("none"));
     identity = id;
   });

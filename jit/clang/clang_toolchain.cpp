@@ -81,9 +81,9 @@ LLD_HAS_DRIVER(elf)
 namespace kiln::jit {
 namespace {
 
-// The driver finds its resource headers (stddef.h, immintrin.h, ...) relative to this path;
-// nothing is ever executed from it.
-constexpr const char* k_clang_path = KILN_CLANG_EXECUTABLE;
+// The driver finds its resource headers (stddef.h, immintrin.h, ...) relative to the path it is
+// given (clang_driver_path(): the wheel's bundled prefix, else the system's LLVM); nothing is ever
+// executed from it.
 constexpr const char* k_host_triple = "x86_64-pc-linux-gnu";
 
 Diagnostic::Severity severity_of(clang::DiagnosticsEngine::Level level) {
@@ -371,7 +371,7 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   if (request.language == "cuda") {
     // Device code only, to PTX for the oldest listed architecture; libdevice comes from the
     // CUDA toolkit (--cuda-path).
-    storage = {k_clang_path, "-x", "cuda", "--cuda-device-only", "--offload-arch=sm_" + std::to_string(cuda_archs_in(request.target).front()),
+    storage = {clang_driver_path().c_str(), "-x", "cuda", "--cuda-device-only", "--offload-arch=sm_" + std::to_string(cuda_archs_in(request.target).front()),
                "--cuda-path=" + cuda_toolkit_root(), "-Wno-unknown-cuda-version", "-std=c++17", "-O3"};
     if (request.cuda_toolkit_headers) {
       // The toolkit's own headers, which Clang's CUDA wrapper headers include; CUB, Thrust and
@@ -385,18 +385,18 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   } else if (request.language == "hip") {
     // AMDGPU device code for one gfx architecture, with kiln's prelude in place of HIP's headers
     // and no ROCm device libraries (backends/hip/include/kiln/hip_prelude.h says why).
-    storage = {k_clang_path, "-x", "hip", "--cuda-device-only", "--offload-arch=" + march_for(request.target), "-nogpuinc",
+    storage = {clang_driver_path().c_str(), "-x", "hip", "--cuda-device-only", "--offload-arch=" + march_for(request.target), "-nogpuinc",
                "-nogpulib", "-mcode-object-version=5", "-std=c++17", "-O3", "-include", "kiln/hip_prelude.h"};
   } else if (request.language == "opencl") {
     // OpenCL C 3.0 to LLVM's SPIR-V back end. The preprocessed text a device compiler gets
     // leaves out Clang's own OpenCL header: the device has its own.
-    storage = {k_clang_path, "-x", "cl", "-cl-std=CL3.0", "--target=spirv64", "-O3"};
+    storage = {clang_driver_path().c_str(), "-x", "cl", "-cl-std=CL3.0", "--target=spirv64", "-O3"};
     if (make == Make::kPreprocessed) storage.push_back("-cl-no-stdinc");
   } else if (cuda_pass) {
     // A host library's CUDA source: its user's options as for its C++ sources, with Clang's CUDA
     // headers and the toolkit's. Device code is optimised whatever the host's -O, as nvcc does
     // (its -O is for the host compiler; ptxas optimises at -O3 by default).
-    storage = {k_clang_path, "-x", "cuda", "--cuda-path=" + cuda_toolkit_root(), "-Wno-unknown-cuda-version"};
+    storage = {clang_driver_path().c_str(), "-x", "cuda", "--cuda-path=" + cuda_toolkit_root(), "-Wno-unknown-cuda-version"};
     // CUB, Thrust and libcu++ (include/cccl since CUDA 13), which nvcc's profile adds itself.
     if (auto headers = cuda_headers_at(cuda_toolkit_root()))
       for (size_t i = 1; i < headers->dirs.size(); ++i) storage.insert(storage.end(), {"-isystem", headers->dirs[i]});
@@ -409,9 +409,9 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   } else if (request.host_library) {
     // A host library's options are its user's (torch's loader passes -std and no -O): kiln adds
     // only what a shared object needs.
-    storage = {k_clang_path, "-x", "c++", "-fPIC"};
+    storage = {clang_driver_path().c_str(), "-x", "c++", "-fPIC"};
   } else {
-    storage = {k_clang_path, "-x", "c++", "-std=c++20", "-O3", "-march=" + march_for(request.target), "-fPIC"};
+    storage = {clang_driver_path().c_str(), "-x", "c++", "-std=c++20", "-O3", "-march=" + march_for(request.target), "-fPIC"};
   }
   for (auto& dir : request.include_dirs) storage.push_back("-I" + dir);
   for (auto& def : request.defines) storage.push_back("-D" + def);
@@ -429,7 +429,7 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
 
   // The driver checks the CUDA installation's version itself; kiln knows 13.0 works.
   diags.setSeverityForGroup(clang::diag::Flavor::WarningOrError, "unknown-cuda-version", clang::diag::Severity::Ignored);
-  clang::driver::Driver driver(k_clang_path, k_host_triple, diags, "kiln", overlay);
+  clang::driver::Driver driver(clang_driver_path().c_str(), k_host_triple, diags, "kiln", overlay);
   driver.setCheckInputsExist(false);
   std::unique_ptr<clang::driver::Compilation> compilation(driver.BuildCompilation(argv));
   if (!compilation || diags.hasErrorOccurred()) return false;
@@ -445,7 +445,7 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   if (!cc1_args.empty() && llvm::StringRef(cc1_args.front()) == "-cc1") cc1_args = cc1_args.drop_front();
 
   auto invocation = std::make_shared<clang::CompilerInvocation>();
-  if (!clang::CompilerInvocation::CreateFromArgs(*invocation, cc1_args, diags, k_clang_path)) return false;
+  if (!clang::CompilerInvocation::CreateFromArgs(*invocation, cc1_args, diags, clang_driver_path().c_str())) return false;
   // The driver asks for -disable-free; in a resident process that leaks ~0.7 MB a compile.
   invocation->getFrontendOpts().DisableFree = false;
   invocation->getCodeGenOpts().DisableFree = false;
@@ -800,7 +800,7 @@ bool link_shared_object(const std::vector<ObjectFile>& objects, const std::strin
                                      "-z", "now", "--exclude-libs=ALL", "-o", output};
     if (amdgpu) args = {"ld.lld", "-shared", "-m", "elf64_amdgpu", "--no-undefined", "-o", output};
     args.insert(args.end(), paths.begin(), paths.end());
-    if (!amdgpu && ::access(KILN_CLANG_BUILTINS_PATH, R_OK) == 0) args.push_back(KILN_CLANG_BUILTINS_PATH);
+    if (std::string builtins = clang_builtins_path(); !amdgpu && ::access(builtins.c_str(), R_OK) == 0) args.push_back(builtins);
     return args;
   };
   return run_lld(objects, label, arguments, out, diagnostics, log);
@@ -812,7 +812,7 @@ bool link_shared_object(const std::vector<ObjectFile>& objects, const std::strin
 bool link_host_library(const std::vector<ObjectFile>& objects, const CompileRequest& request, std::string& out,
                        std::vector<Diagnostic>& diagnostics, std::string& log) {
   auto arguments = [&](const std::vector<std::string>& paths, const std::string& output, std::vector<Diagnostic>& diags) {
-    std::vector<std::string> driver_args = {k_clang_path, "-shared", "-fuse-ld=lld"};
+    std::vector<std::string> driver_args = {clang_driver_path().c_str(), "-shared", "-fuse-ld=lld"};
     // Compile flags that change what is linked (OpenMP's runtime, threads).
     for (auto& f : request.flags)
       if (f.rfind("-fopenmp", 0) == 0 || f == "-pthread") driver_args.push_back(f);
@@ -826,7 +826,7 @@ bool link_host_library(const std::vector<ObjectFile>& objects, const CompileRequ
     llvm::raw_string_ostream stream(text);
     clang::TextDiagnosticPrinter to_text(stream, diag_options);
     clang::DiagnosticsEngine engine(clang::DiagnosticIDs::create(), diag_options, &to_text, /*ShouldOwnClient=*/false);
-    clang::driver::Driver driver(k_clang_path, k_host_triple, engine, "kiln");
+    clang::driver::Driver driver(clang_driver_path().c_str(), k_host_triple, engine, "kiln");
     driver.setCheckInputsExist(false);
     std::unique_ptr<clang::driver::Compilation> compilation(driver.BuildCompilation(argv));
     std::vector<std::string> args;
@@ -992,10 +992,17 @@ bool compile_cuda_unit(const SourceFile& source, const CompileRequest& request, 
 class ClangToolchain final : public Toolchain {
  public:
   ClangToolchain() {
-    llvm::InitializeAllTargets();
-    llvm::InitializeAllTargetMCs();
-    llvm::InitializeAllAsmPrinters();
-    llvm::InitializeAllAsmParsers();
+    // Only the targets kiln compiles for: a wheel links only their code (LLVM's static archives),
+    // and a target registered here must be linked in. AsmParsers read inline assembly (NVPTX and
+    // SPIR-V have none: their inline assembly passes through as text).
+    LLVMInitializeX86TargetInfo(), LLVMInitializeX86Target(), LLVMInitializeX86TargetMC();
+    LLVMInitializeX86AsmPrinter(), LLVMInitializeX86AsmParser();
+    LLVMInitializeNVPTXTargetInfo(), LLVMInitializeNVPTXTarget(), LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+    LLVMInitializeAMDGPUTargetInfo(), LLVMInitializeAMDGPUTarget(), LLVMInitializeAMDGPUTargetMC();
+    LLVMInitializeAMDGPUAsmPrinter(), LLVMInitializeAMDGPUAsmParser();
+    LLVMInitializeSPIRVTargetInfo(), LLVMInitializeSPIRVTarget(), LLVMInitializeSPIRVTargetMC();
+    LLVMInitializeSPIRVAsmPrinter();
   }
 
   std::string version() const override {

@@ -1,63 +1,26 @@
-// kiln-spirv: LLVM IR (bitcode on stdin) -> SPIR-V (on stdout) by LLVM's SPIR-V back end, one
-// module per process. LLVM 22's back end keeps module state in a static (llvm-project issue
-// #160613, fixed after 22 by PR #160956): a second module emitted in the same process can come out
-// with duplicate ids, which SPIRV-Tools' validator rejects. kiln parses, optimises and validates
-// in-process and runs only this last step here. Not meant to be run by hand.
-//   kiln-spirv TRIPLE CPU FEATURES
-#include <unistd.h>
+// kiln-spirv: runs LLVM's SPIR-V back end on one module, in a process of its own
+// (jit/spirv/spirv_emit.cpp says why). The back end is in the toolchain library, found as kiln
+// finds it (beside this program, $KILN_JIT_LIBRARY, or the build tree): this program links no LLVM.
+#include <dlfcn.h>
 
 #include <cstdio>
-#include <iostream>
-#include <iterator>
-#include <optional>
 #include <string>
 
-#include <llvm/Bitcode/BitcodeReader.h>
-#include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/LegacyPassManager.h>
-#include <llvm/IR/Module.h>
-#include <llvm/MC/TargetRegistry.h>
-#include <llvm/Support/MemoryBuffer.h>
-#include <llvm/Support/TargetSelect.h>
-#include <llvm/Support/raw_ostream.h>
-#include <llvm/Target/TargetMachine.h>
-#include <llvm/Target/TargetOptions.h>
-#include <llvm/TargetParser/Triple.h>
+#include "jit/toolchain.h"
+#include "support/install_paths.h"
 
 int main(int argc, char** argv) {
-  if (argc != 4 || ::isatty(0)) {
-    std::fprintf(stderr, "kiln-spirv: kiln's SPIR-V emitter; kiln starts it with LLVM bitcode on its stdin\n");
-    return 2;
-  }
-  LLVMInitializeSPIRVTargetInfo();
-  LLVMInitializeSPIRVTarget();
-  LLVMInitializeSPIRVTargetMC();
-  LLVMInitializeSPIRVAsmPrinter();
-  std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-  llvm::LLVMContext context;
-  auto module = llvm::parseBitcodeFile(llvm::MemoryBufferRef(input, "kiln-module"), context);
-  if (!module) {
-    std::fprintf(stderr, "kiln-spirv: unreadable bitcode: %s\n", llvm::toString(module.takeError()).c_str());
+  std::string library = kiln::find_kiln_file("libkiln_jit_clang.so", "KILN_JIT_LIBRARY", KILN_JIT_BUILD_PATH);
+  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* error = ::dlerror();
+    std::fprintf(stderr, "kiln-spirv: cannot load the toolchain library %s: %s\n", library.c_str(), error ? error : "dlopen failed");
     return 1;
   }
-  llvm::Triple triple(argv[1]);
-  std::string error;
-  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
-  if (!target) {
-    std::fprintf(stderr, "kiln-spirv: no %s target in this LLVM: %s\n", argv[1], error.c_str());
+  auto emit = reinterpret_cast<kiln::jit::SpirvEmitMain>(::dlsym(handle, "kiln_spirv_emit_main"));
+  if (!emit) {
+    std::fprintf(stderr, "kiln-spirv: %s does not export kiln_spirv_emit_main\n", library.c_str());
     return 1;
   }
-  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
-      triple, argv[2], argv[3], llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
-  (*module)->setDataLayout(machine->createDataLayout());
-  llvm::SmallString<0> bytes;
-  llvm::raw_svector_ostream stream(bytes);
-  llvm::legacy::PassManager passes;
-  if (machine->addPassesToEmitFile(passes, stream, nullptr, llvm::CodeGenFileType::ObjectFile)) {
-    std::fprintf(stderr, "kiln-spirv: the SPIR-V back end cannot emit this module\n");
-    return 1;
-  }
-  passes.run(**module);
-  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
-  return std::fflush(stdout) == 0 ? 0 : 1;
+  return emit(argc, argv);
 }

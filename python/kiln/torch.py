@@ -127,7 +127,32 @@ def _build_directory(name):
     return os.path.join(root, name)
 
 
+_openmp_ready = False
+
+
+def _preload_openmp():
+    """An extension built with -fopenmp needs LLVM's OpenMP runtime (libomp.so.5), linked as
+    Clang links it. The wheel carries one (kiln/lib/kiln/llvm/lib) for machines that have none:
+    loaded once, globally, before the first extension, so the extension's need is met by soname.
+    A libomp.so.5 the system has is used instead."""
+    global _openmp_ready
+    if _openmp_ready:
+        return
+    _openmp_ready = True
+    import ctypes
+
+    try:
+        ctypes.CDLL("libomp.so.5", mode=ctypes.RTLD_GLOBAL)
+        return
+    except OSError:
+        pass
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "kiln", "llvm", "lib", "libomp.so")
+    if os.path.exists(bundled):
+        ctypes.CDLL(bundled, mode=ctypes.RTLD_GLOBAL)
+
+
 def _import(module_name, path, is_python_module):
+    _preload_openmp()
     if not is_python_module:
         # The library's TORCH_LIBRARY registrations appear under torch.ops.
         _torch.ops.load_library(path)
