@@ -24,10 +24,12 @@ if(TARGET kiln_jit_clang)
     # (jit/toolchain.h, clang_driver_path), what the driver reads from disk: Clang's resource
     # headers (stddef.h, intrinsics, the CUDA wrappers, omp.h), compiler-rt's builtins for host
     # links, and LLVM's OpenMP runtime for -fopenmp sources (kiln.torch preloads it).
-    set(kiln_resource ${LLVM_LIBRARY_DIR}/clang/${LLVM_VERSION_MAJOR})
-    install(DIRECTORY ${kiln_resource}/include DESTINATION lib/kiln/llvm/lib/clang/${LLVM_VERSION_MAJOR})
-    install(FILES ${KILN_CLANG_BUILTINS_PATH} DESTINATION lib/kiln/llvm/lib/clang/${LLVM_VERSION_MAJOR}/lib/linux)
-    get_filename_component(kiln_libomp ${LLVM_LIBRARY_DIR}/libomp.so REALPATH)
+    set(kiln_resource ${KILN_LLVM_LIBRARY_DIR}/clang/${KILN_LLVM_VERSION_MAJOR})
+    install(DIRECTORY ${kiln_resource}/include DESTINATION lib/kiln/llvm/lib/clang/${KILN_LLVM_VERSION_MAJOR})
+    install(FILES ${KILN_CLANG_BUILTINS_PATH} DESTINATION lib/kiln/llvm/lib/clang/${KILN_LLVM_VERSION_MAJOR}/lib/linux)
+    # Where the driver looks for the linker that -fuse-ld=lld names (jit/clang/ld.lld says why).
+    install(PROGRAMS ${PROJECT_SOURCE_DIR}/jit/clang/ld.lld DESTINATION lib/kiln/llvm/bin)
+    get_filename_component(kiln_libomp ${KILN_LLVM_LIBRARY_DIR}/libomp.so REALPATH)
     if(EXISTS ${kiln_libomp})
       # A wheel holds no symbolic links: the file under its link-time name; its soname
       # (libomp.so.5) is what artifacts record.
@@ -35,7 +37,7 @@ if(TARGET kiln_jit_clang)
     endif()
   else()
     # It links libLLVM and libclang-cpp from the system's LLVM: keep pointing there.
-    set_target_properties(kiln_jit_clang PROPERTIES INSTALL_RPATH "${LLVM_LIBRARY_DIR}")
+    set_target_properties(kiln_jit_clang PROPERTIES INSTALL_RPATH "${KILN_LLVM_LIBRARY_DIR}")
   endif()
 endif()
 install(TARGETS kiln-hiprtc RUNTIME DESTINATION lib/kiln)

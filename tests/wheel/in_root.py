@@ -32,16 +32,6 @@ def _():
     assert not any(os.path.exists(os.path.join(d, c)) for d in os.environ["PATH"].split(":") for c in ("clang", "clang++", "clang-22"))
 
 
-# Debian's torch pulls in mesa's libLLVM-15 (through OpenCV): loaded here with its symbols global,
-# the worst case for a library with an LLVM inside, which must neither bind to it nor be bound.
-system_llvm = sorted(glob.glob("/usr/lib/x86_64-linux-gnu/libLLVM-*.so.1"))
-if system_llvm:
-    import ctypes
-
-    ctypes.CDLL(system_llvm[0], mode=ctypes.RTLD_GLOBAL)
-    print(f"wheel-test: note a system LLVM is loaded globally in this process: {system_llvm[0]}", flush=True)
-
-
 import torch  # noqa: E402
 
 import kiln  # noqa: E402
@@ -56,7 +46,11 @@ def _():
     assert toolchain, "the wheel carries no toolchain library"
     needed = subprocess.run(["ldd", toolchain[0]], capture_output=True, text=True).stdout
     assert "not found" not in needed and "LLVM" not in needed and "clang" not in needed, needed
-    return kiln.__file__
+    # Its Clang, LLVM and lld are private to it: it exports kiln's two entries and nothing else.
+    symbols = subprocess.run(["nm", "-D", "--defined-only", toolchain[0]], capture_output=True, text=True, check=True).stdout
+    exported = sorted(line.split()[-1] for line in symbols.splitlines() if len(line.split()) == 3 and line.split()[1].isupper())
+    assert exported == ["kiln_jit_clang_toolchain", "kiln_spirv_emit_main"], exported[:20]
+    return f"{kiln.__file__}; the toolchain library exports {', '.join(exported)}"
 
 
 def triton_kernels():
@@ -168,6 +162,35 @@ def _():
     after = triton_kernels()
     assert after == before, "Triton's output changed after kiln's LLVM was loaded"
     return f"{len(after)} cubins"
+
+
+# Debian's torch pulls in mesa's libLLVM-15 (through OpenCV). Loaded with its symbols global, the
+# worst case for a library with an LLVM inside, it must neither bind to kiln's nor be bound by it.
+# In a process of its own: Triton's libtriton.so exports its LLVM's symbols, and with a global
+# libLLVM-15 loaded Triton's own compile crashes (seen here), so the two cannot share a process.
+SYSTEM_LLVM_CHILD = r"""
+import ctypes, glob, os, sys, torch
+ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+import kiln
+n = 4096
+x, out = torch.randn(n), torch.empty(n)
+gelu = kiln.op("gelu")
+gelu(x, out, n, grid=kiln.cdiv(n, 256), block=256)
+ref = torch.nn.functional.gelu(x, approximate="tanh")
+assert torch.allclose(out, ref, atol=1e-5), (out - ref).abs().max()
+print("compiled and ran with", sys.argv[1], "loaded globally")
+"""
+
+
+@step("a kiln compile in a process where a system libLLVM is loaded globally")
+def _():
+    system_llvm = sorted(glob.glob("/usr/lib/x86_64-linux-gnu/libLLVM-*.so.1"))
+    if not system_llvm:
+        return "no system libLLVM in this root: nothing to load"
+    env = dict(os.environ, KILN_CACHE_DIR=tempfile.mkdtemp(prefix="kiln-cache-system-llvm-"))
+    done = subprocess.run([sys.executable, "-c", SYSTEM_LLVM_CHILD, system_llvm[0]], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    return done.stdout.strip()
 
 
 print(f"wheel-test: {len(steps)} passed, 0 failed", flush=True)
