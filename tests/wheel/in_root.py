@@ -78,6 +78,7 @@ def triton_kernels():
     return cubins
 
 
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, said outright (else a warning)
 # A private Triton cache per phase, so each compiles for real instead of hitting the first's.
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-before-")
 
@@ -154,6 +155,25 @@ def _():
     report = json.loads(done.stdout)
     rows = report if isinstance(report, list) else report.get("results", report.get("pairs", []))
     return f"{len(rows)} op/target pairs" if rows else done.stdout[-200:]
+
+
+HIT_CHILD = r"""
+import torch, kiln
+n = 1000
+a, b, out = torch.rand(n), torch.rand(n), torch.empty(n)
+kiln.op("vector_add")(a, b, out, n, grid=kiln.cdiv(n, 256), block=256)
+assert torch.equal(out, a + b)
+maps = open("/proc/self/maps").read()
+assert "libkiln_jit_clang" not in maps, "a hit mapped the compiler"
+print("hit, and the toolchain library was never mapped")
+"""
+
+
+@step("a cache hit in a fresh process maps no compiler")
+def _():
+    done = subprocess.run([sys.executable, "-c", HIT_CHILD], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    return done.stdout.strip()
 
 
 @step("the same Triton kernels compiled again after kiln's compiles, to the same cubins")
