@@ -11,6 +11,7 @@
 //   device pointer, a value or a size of local memory accordingly.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>

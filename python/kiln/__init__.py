@@ -198,13 +198,81 @@ def _close_contexts():
         _contexts.clear()
 
 
+class _OpByDevice:
+    """What kiln.op(name) returns: the op on the accelerator its arguments live on. Host arrays
+    and CPU tensors run on the CPU accelerator, CUDA tensors on CUDA (each through the shared
+    Context of that accelerator, made on first use), so the same call works on a machine whose
+    best accelerator is a GPU. Arguments with no device (numbers only) go to the best accelerator
+    here. An explicit target pins the op to that target's Context, as Context.op does."""
+
+    __slots__ = ("_make", "_ops", "_last")
+
+    def __init__(self, make):
+        self._make = make  # accelerator name -> Op
+        self._ops = {}
+        self._last = None
+
+    @staticmethod
+    def _device_of(args):
+        for a in args:
+            device = getattr(a, "device", None)
+            kind = getattr(device, "type", None)
+            if kind in ("cpu", "cuda"):
+                return kind
+            if hasattr(a, "__array_interface__"):
+                return "cpu"
+        return ""
+
+    def _op(self, accelerator):
+        if accelerator and accelerator == context().accelerator:
+            accelerator = ""  # the best Context here is that accelerator's already: share it
+        found = self._ops.get(accelerator)
+        if found is None:
+            found = self._ops[accelerator] = self._make(accelerator)
+        self._last = found
+        return found
+
+    def _default(self):
+        return self._last or self._op("")
+
+    name = property(lambda self: self._default().name)
+    target = property(lambda self: self._default().target)
+    entries = property(lambda self: self._default().entries)
+    cache_source = property(lambda self: self._default().cache_source)
+
+    def params(self, entry=""):
+        return self._default().params(entry)
+
+    def build(self):
+        self._default().build()
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return self._op(self._device_of(args))(*args, **kwargs)
+
+    launch = __call__
+
+    def __repr__(self):
+        return "<kiln.Op %s for %s>" % (self.name, self.target)
+
+
 def op(name, target=""):
-    """kiln.op("adamw"): the op from the shared Context, ready to call on tensors."""
-    return context().op(name, target)
+    """kiln.op("adamw"): the op, ready to call on tensors and arrays; it runs on the accelerator
+    they live on (CPU tensors and arrays on the CPU, CUDA tensors on CUDA). With a target
+    ("cuda:sm_90"), the op of the shared Context for that target."""
+    if target:
+        return context().op(name, target)
+    by_device = _OpByDevice(lambda accelerator: context(accelerator).op(name))
+    by_device._default()  # an op that does not exist is an error now, not at its first call
+    return by_device
 
 
 def op_from_spec(toml, base_dir=".", target=""):
-    return context().op_from_spec(toml, base_dir, target)
+    if target:
+        return context().op_from_spec(toml, base_dir, target)
+    by_device = _OpByDevice(lambda accelerator: context(accelerator).op_from_spec(toml, base_dir))
+    by_device._default()  # a spec that does not parse is an error now
+    return by_device
 
 
 def accelerator():

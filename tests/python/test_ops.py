@@ -91,13 +91,27 @@ def test_wrong_arguments_raise_naming_the_op_and_the_parameter():
 
 def test_cuda_tensors_on_a_cpu_context_are_refused():
     torch = pytest.importorskip("torch")
-    if kiln.accelerator() != "cpu":
-        pytest.skip("this test is about the CPU accelerator; here kiln runs on " + kiln.accelerator())
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device here: a CUDA tensor cannot be made")
     a = torch.ones(8, device="cuda")
     with pytest.raises(kiln.KilnError, match="gets a CUDA tensor"):
-        kiln.op("vector_add")(a, a, a, 8, grid=1)
+        kiln.context("cpu").op("vector_add")(a, a, a, 8, grid=1)
+
+
+def test_kiln_op_runs_where_its_tensors_are():
+    """kiln.op dispatches on its arguments' device: host arrays on the CPU accelerator whatever
+    the best accelerator here is, CUDA tensors on CUDA (where there is one)."""
+    n = 1000
+    a, b, out = np.ones(n, np.float32), np.full(n, 2, np.float32), np.zeros(n, np.float32)
+    add = kiln.op("vector_add")
+    add(a, b, out, n, grid=kiln.cdiv(n, 256), block=256)
+    assert np.all(out == 3) and add.target.startswith("cpu:")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here: the CUDA half of this test needs one")
+    x, y, z = torch.ones(n, device="cuda"), torch.full((n,), 2.0, device="cuda"), torch.zeros(n, device="cuda")
+    add(x, y, z, n, grid=kiln.cdiv(n, 256), block=256)
+    assert torch.all(z == 3).item() and add.target.startswith("cuda:")
 
 
 SPEC = """
