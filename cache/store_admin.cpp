@@ -289,7 +289,7 @@ Result<uint64_t> Store::rebuild_index_locked() {
     (void)remove_locked(record->key, /*unlink_blob=*/false);
     if (insert_locked(record.value(), file->size(), xxh3_128(blob->content)).ok()) ++restored;
     // Blobs carry their manifests: direct lookups work again at once.
-    if (!record->manifest.empty() || record->kind != "compile-error") (void)write_manifest(record->input_key, record->manifest, true);
+    if (has_manifest(*record)) (void)write_manifest(record->input_key, record->manifest, true);
   }
   KILN_RETURN_IF_ERROR(exec("COMMIT"));
   return restored;

@@ -1,0 +1,113 @@
+#include "cache/file_group.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <set>
+
+#include "support/file_util.h"
+#include "support/length_prefixed.h"
+
+namespace kiln::cache {
+namespace {
+
+constexpr std::string_view k_magic = "kiln-files 1\n";
+
+std::string unique_suffix() {
+  static std::atomic<unsigned> counter{0};
+  return std::to_string(::getpid()) + "." + std::to_string(counter++);
+}
+
+// True when `folder` holds each file with exactly its content.
+bool folder_matches(const std::string& folder, const NamedFiles& files) {
+  for (auto& [name, content] : files) {
+    auto have = read_file(folder + "/" + name);
+    if (!have.ok() || have.value() != content) return false;
+  }
+  return true;
+}
+
+Status write_new_file(const std::string& path, std::string_view bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return errno_status("create " + path, errno);
+  Status st = write_all(fd, bytes, path);
+  if (::close(fd) != 0 && st.ok()) st = errno_status("close " + path, errno);
+  return st;
+}
+
+}  // namespace
+
+Status check_file_names(const NamedFiles& files) {
+  std::set<std::string_view> seen;
+  for (auto& [name, _] : files) {
+    if (name.empty() || name == "." || name == ".." || name.size() > 255 || name.find('/') != std::string::npos ||
+        name.find('\0') != std::string::npos)
+      return invalid_argument("'" + name + "' is not a plain file name (not empty, at most 255 bytes, no '/', not . or ..)");
+    if (!seen.insert(name).second) return invalid_argument("the file name '" + name + "' appears twice in the group");
+  }
+  return {};
+}
+
+std::string encode_file_group(const NamedFiles& files) {
+  size_t total = k_magic.size() + 16;
+  for (auto& [name, content] : files) total += name.size() + content.size() + 32;
+  std::string out;
+  out.reserve(total);
+  out += k_magic;
+  put_count(out, files.size());
+  for (auto& [name, content] : files) {
+    put_field(out, name);
+    put_field(out, content);
+  }
+  return out;
+}
+
+Result<NamedFiles> decode_file_group(std::string_view bytes) {
+  if (bytes.substr(0, k_magic.size()) != k_magic) return Status(StatusCode::kDataLoss, "not a group of files (no kiln-files header)");
+  FieldReader in(bytes.substr(k_magic.size()));
+  size_t count = 0;
+  if (!in.count(count) || count > bytes.size()) return Status(StatusCode::kDataLoss, "a group of files with a bad count");
+  NamedFiles files(count);
+  for (auto& [name, content] : files)
+    if (!in.field(name) || !in.field(content)) return Status(StatusCode::kDataLoss, "a group of files cut short");
+  if (!in.done()) return Status(StatusCode::kDataLoss, "a group of files with bytes after its last file");
+  if (Status names = check_file_names(files); !names.ok()) return Status(StatusCode::kDataLoss, names.message());
+  return files;
+}
+
+Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, const Hash128& key, const NamedFiles& files) {
+  std::string hex = key.hex();
+  MaterializedFiles out;
+  out.folder = cache_root + "/files/" + hex.substr(0, 2) + "/" + hex;
+  for (auto& [name, _] : files) out.paths.emplace_back(name, out.folder + "/" + name);
+  if (folder_matches(out.folder, files)) return out;  // the usual hit: ~8 small reads
+  KILN_RETURN_IF_ERROR(make_dirs(dirname_of(out.folder), 0700));
+  std::string tmp = out.folder + ".tmp." + unique_suffix();
+  std::error_code ec;
+  if (::mkdir(tmp.c_str(), 0700) != 0) return errno_status("mkdir " + tmp, errno);
+  Status st;
+  for (auto& [name, content] : files)
+    if (st = write_new_file(tmp + "/" + name, content); !st.ok()) break;
+  for (int attempt = 0; st.ok(); ++attempt) {
+    if (::rename(tmp.c_str(), out.folder.c_str()) == 0) return out;
+    if (errno != ENOTEMPTY && errno != EEXIST) {
+      st = errno_status("rename " + tmp + " -> " + out.folder, errno);
+      break;
+    }
+    // One is there: another process's whole copy (it raced us), or a damaged one. Keep a good
+    // one; move a bad one aside (a rename: readers holding its files keep them) and retry.
+    if (folder_matches(out.folder, files) || attempt >= 3) break;
+    std::string old = out.folder + ".old.tmp." + unique_suffix();
+    if (::rename(out.folder.c_str(), old.c_str()) == 0) std::filesystem::remove_all(old, ec);
+  }
+  std::filesystem::remove_all(tmp, ec);
+  if (!st.ok()) return st;
+  if (!folder_matches(out.folder, files)) return io_error("cannot put the files of " + hex + " in place in " + out.folder);
+  return out;
+}
+
+}  // namespace kiln::cache
