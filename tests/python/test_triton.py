@@ -381,3 +381,25 @@ def test_a_compile_killed_midway_leaves_no_group_and_its_lease_expires(tmp_path,
     # The dead process's node: its lock went with the process; the artifact is now on Redis.
     again = compile_in_child(triton_env(tmp_path / "node1", tmp_path, KILN_REMOTE_CACHE=redis_url), ["softmax"])
     assert again["compiles"] == 0 and again["cubins"] == other["cubins"]
+
+
+@needs_triton
+def test_a_bundle_carries_tritons_kernels_to_a_node_that_compiles_nothing(tmp_path):
+    import kiln
+    cli = os.path.normpath(os.path.join(os.path.dirname(kiln.__file__), "..", "..", "bin", "kiln"))
+    if not os.path.exists(cli):
+        pytest.skip("the kiln command is not built beside this kiln package (%s)" % cli)
+    first = compile_in_child(triton_env(tmp_path / "warm", tmp_path), ["add", "softmax"])
+    assert first["compiles"] == 2
+    bundle = str(tmp_path / "triton.bundle")
+    run = lambda cache, *args: subprocess.run([cli, "cache"] + list(args), env=dict(os.environ, KILN_CACHE_DIR=str(cache)),
+                                              capture_output=True, text=True, check=True)
+    run(tmp_path / "warm", "pack", bundle)
+    assert "imported 2 artifacts" in run(tmp_path / "node", "unpack", bundle).stdout
+    listed = run(tmp_path / "node", "ls").stdout
+    assert "add_kernel" in listed and "triton-group" in listed and "cuda:sm_90" in listed
+    loaded = compile_in_child(triton_env(tmp_path / "node", tmp_path), ["add", "softmax"])
+    assert loaded["compiles"] == 0 and loaded["cubins"] == first["cubins"]
+    # Clearing the cache takes the folders that handed the files out with it.
+    run(tmp_path / "node", "clear")
+    assert not os.path.exists(str(tmp_path / "node" / "files"))
