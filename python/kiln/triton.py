@@ -50,7 +50,8 @@ import time
 import warnings
 import weakref
 
-__all__ = ["install", "uninstall", "CacheManager", "supported", "GROUP_KIND", "FILE_KIND"]
+# CacheManager is left out: `from kiln.triton import *` must not import Triton.
+__all__ = ["install", "uninstall", "supported", "GROUP_KIND", "FILE_KIND"]
 
 ENV = "TRITON_CACHE_MANAGER"
 SPEC = "kiln.triton:CacheManager"

@@ -403,3 +403,28 @@ def test_a_bundle_carries_tritons_kernels_to_a_node_that_compiles_nothing(tmp_pa
     # Clearing the cache takes the folders that handed the files out with it.
     run(tmp_path / "node", "clear")
     assert not os.path.exists(str(tmp_path / "node" / "files"))
+
+
+@needs_triton
+def test_an_ir_override_file_that_changes_is_compiled_again_where_tritons_key_sees_no_change(tmp_path):
+    # Triton keys an autotune config's ir_override by its path: kiln adds the file's content.
+    done = run_python("""
+        import json, triton, triton_kernels
+        src, _ = triton_kernels.sources()["add"]
+        listener = triton_kernels.Listener()
+        plain = triton.compile(src, target=triton_kernels.TARGET)
+        override = %r
+        with open(override, "w") as f:
+            f.write(plain.asm["ttgir"])
+        first = triton.compile(src, target=triton_kernels.TARGET, options={"ir_override": override})
+        with open(override, "w") as f:
+            f.write(plain.asm["ttgir"].replace("arith.addf", "arith.mulf"))
+        second = triton.compile(src, target=triton_kernels.TARGET, options={"ir_override": override})
+        again = triton.compile(src, target=triton_kernels.TARGET, options={"ir_override": override})
+        print("RESULT " + json.dumps({"compiles": listener.compiles, "hash_same": first.hash == second.hash,
+                                      "ptx_differs": first.asm["ptx"] != second.asm["ptx"],
+                                      "mul": "mul.f32" in second.asm["ptx"], "again": again.asm["ptx"] == second.asm["ptx"]}))
+    """ % str(tmp_path / "add_kernel.ttgir"), env=triton_env(tmp_path / "kiln", tmp_path))
+    r = result_of(done)
+    assert r["hash_same"], "Triton's key saw the change itself: this test no longer shows what kiln adds"
+    assert r == {"compiles": 3, "hash_same": True, "ptx_differs": True, "mul": True, "again": True}, r
