@@ -299,7 +299,7 @@ void check_external(const std::string& kind, const std::string& key) {
   if (key.empty()) throw Error("invalid_argument", "an empty key for an artifact of kind " + kind);
 }
 
-FileGroup files_of(builders::Ops& ops, const cache::Artifact& artifact, const char* source) {
+FileGroup files_of(builders::Ops& ops, const cache::MappedArtifact& artifact, const char* source) {
   auto files = cache::decode_file_group(artifact.bytes);
   if (!files.ok())
     throw Error("data_loss", "artifact " + artifact.record.key.hex() + " (" + artifact.record.kind + ") is not a group of files: " +
@@ -359,7 +359,8 @@ FileGroup Context::store_files(const std::string& kind, const std::string& key, 
                                const ArtifactInfo& info, Claim* claim, bool keep_first) {
   check_external(kind, key);
   builders::Ops& ops = ops_with_store(*m_impl, kind);
-  check(cache::check_file_names(files));
+  cache::FileViews views = cache::views_of(files);
+  check(cache::check_file_names(views));
   cache::ArtifactRecord record;
   record.key = builders::Ops::external_key(kind, key);
   record.kind = kind;
@@ -369,11 +370,11 @@ FileGroup Context::store_files(const std::string& kind, const std::string& key, 
   record.compile_ms = info.compile_ms;
   record.log = info.log;
   std::unique_ptr<builders::Claim> held = claim ? std::move(claim->m_impl->claim) : nullptr;
-  std::string bytes = cache::encode_file_group(files);
-  cache::Artifact stored = value_or_throw(ops.store_external(std::move(record), std::move(bytes), std::move(held), keep_first));
+  std::string bytes = cache::encode_file_group(views);
+  cache::MappedArtifact stored = value_or_throw(ops.store_external(std::move(record), std::move(bytes), std::move(held), keep_first));
   FileGroup out = files_of(ops, stored, "stored");
   // With keep_first, another writer's group may have been there first: then it is the one given back.
-  if (keep_first && cache::decode_file_group(stored.bytes).value() != files) out.cache_source = "disk";
+  if (keep_first && cache::decode_file_group(stored.bytes).value() != views) out.cache_source = "disk";
   return out;
 }
 

@@ -664,13 +664,22 @@ Hash128 Ops::external_key(std::string_view kind, std::string_view caller_key) {
   return cache::KeyBuilder("external").add("kind", kind).add("key", caller_key).finish();
 }
 
-std::optional<cache::Artifact> Ops::remote_lookup_external(const Hash128& key, cache::RemoteTiers& remote) {
-  std::optional<cache::Artifact> got;
+namespace {
+// An artifact that owns its bytes, as one read in place.
+cache::MappedArtifact owned(cache::Artifact a) {
+  auto bytes = std::make_shared<const std::string>(std::move(a.bytes));
+  std::string_view view = *bytes;
+  return cache::MappedArtifact{std::move(a.record), view, std::move(bytes)};
+}
+}  // namespace
+
+std::optional<cache::MappedArtifact> Ops::remote_lookup_external(const Hash128& key, cache::RemoteTiers& remote) {
+  std::optional<cache::MappedArtifact> got;
   remote.fetch(cache::RemoteObject::kArtifact, key, [&](std::string_view blob) -> Status {
     // Checked as every remote artifact is (its envelope names the key, its signature when the
     // cluster signs, its hashes), and that it is the artifact of `key`, then stored here.
     KILN_ASSIGN_OR_RETURN(cache::Artifact a, m_store->import(key, blob));
-    got = std::move(a);
+    got = owned(std::move(a));
     return {};
   });
   if (got) {
@@ -682,9 +691,9 @@ std::optional<cache::Artifact> Ops::remote_lookup_external(const Hash128& key, c
   return got;
 }
 
-Result<std::optional<cache::Artifact>> Ops::find_external(const Hash128& key, CacheOutcome* source) {
-  if (!m_store) return std::optional<cache::Artifact>();
-  KILN_ASSIGN_OR_RETURN(std::optional<cache::Artifact> hit, m_store->get(key));
+Result<std::optional<cache::MappedArtifact>> Ops::find_external(const Hash128& key, CacheOutcome* source) {
+  if (!m_store) return std::optional<cache::MappedArtifact>();
+  KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> hit, m_store->map(key));
   if (hit) {
     if (source) *source = CacheOutcome::kDisk;
     m_store->count(cache::Counter::kHitsDisk);
@@ -692,18 +701,18 @@ Result<std::optional<cache::Artifact>> Ops::find_external(const Hash128& key, Ca
     return hit;
   }
   cache::RemoteTiers* tiers = remote();
-  if (!tiers) return std::optional<cache::Artifact>();
-  std::optional<cache::Artifact> got = remote_lookup_external(key, *tiers);
+  if (!tiers) return std::optional<cache::MappedArtifact>();
+  std::optional<cache::MappedArtifact> got = remote_lookup_external(key, *tiers);
   if (got && source) *source = CacheOutcome::kRemote;
   return got;
 }
 
-Result<std::optional<cache::Artifact>> Ops::find_or_claim_external(const Hash128& key, const std::string& what, Claim& claim,
-                                                                   CacheOutcome* source) {
-  KILN_ASSIGN_OR_RETURN(std::optional<cache::Artifact> found, find_external(key, source));
+Result<std::optional<cache::MappedArtifact>> Ops::find_or_claim_external(const Hash128& key, const std::string& what, Claim& claim,
+                                                                         CacheOutcome* source) {
+  KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> found, find_external(key, source));
   if (found || !m_store) return found;
   auto look = [&] {
-    auto hit = m_store->get(key);
+    auto hit = m_store->map(key);
     if (!hit.ok() || !hit->has_value()) return false;
     found = std::move(**hit);
     if (source) *source = CacheOutcome::kDisk;
@@ -721,19 +730,19 @@ Result<std::optional<cache::Artifact>> Ops::find_or_claim_external(const Hash128
     return found;
   }
   m_store->count(cache::Counter::kMisses);
-  return std::optional<cache::Artifact>();
+  return std::optional<cache::MappedArtifact>();
 }
 
-Result<cache::Artifact> Ops::store_external(cache::ArtifactRecord record, std::string bytes, std::unique_ptr<Claim> claim,
+Result<cache::MappedArtifact> Ops::store_external(cache::ArtifactRecord record, std::string bytes, std::unique_ptr<Claim> claim,
                                             bool keep_first) {
   if (!m_store) return Status(StatusCode::kUnavailable, "no kiln cache to store " + record.kind + " " + record.op + " in");
   record.input_key = record.key;
   record.manifest.clear();
   if (keep_first) {
-    KILN_ASSIGN_OR_RETURN(std::optional<cache::Artifact> first, m_store->get(record.key));
+    KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> first, m_store->map(record.key));
     if (first) return std::move(*first);  // the claim goes with this frame
   }
-  KILN_RETURN_IF_ERROR(m_store->put(record, bytes));
+  KILN_RETURN_IF_ERROR(m_store->put(record, bytes, cache::Compression::kNone));
   m_store->count(cache::Counter::kCompiles);
   m_store->count(cache::Counter::kCompileUsSpent, static_cast<int64_t>(record.compile_ms * 1000));
   std::unique_ptr<cache::RemoteTiers::Lease> lease;
@@ -743,7 +752,7 @@ Result<cache::Artifact> Ops::store_external(cache::ArtifactRecord record, std::s
   }
   if (remote()) publish(record.key, record.key, std::move(lease));
   record.size = bytes.size();
-  return cache::Artifact{std::move(record), std::move(bytes)};
+  return owned(cache::Artifact{std::move(record), std::move(bytes)});
 }
 
 }  // namespace kiln::builders

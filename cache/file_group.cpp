@@ -23,9 +23,9 @@ std::string unique_suffix() {
 }
 
 // True when `folder` holds each file with exactly its content.
-bool folder_matches(const std::string& folder, const NamedFiles& files) {
+bool folder_matches(const std::string& folder, const FileViews& files) {
   for (auto& [name, content] : files) {
-    auto have = read_file(folder + "/" + name);
+    auto have = read_file(folder + "/" + std::string(name));
     if (!have.ok() || have.value() != content) return false;
   }
   return true;
@@ -41,18 +41,25 @@ Status write_new_file(const std::string& path, std::string_view bytes) {
 
 }  // namespace
 
-Status check_file_names(const NamedFiles& files) {
+Status check_file_names(const FileViews& files) {
   std::set<std::string_view> seen;
   for (auto& [name, _] : files) {
-    if (name.empty() || name == "." || name == ".." || name.size() > 255 || name.find('/') != std::string::npos ||
-        name.find('\0') != std::string::npos)
-      return invalid_argument("'" + name + "' is not a plain file name (not empty, at most 255 bytes, no '/', not . or ..)");
-    if (!seen.insert(name).second) return invalid_argument("the file name '" + name + "' appears twice in the group");
+    if (name.empty() || name == "." || name == ".." || name.size() > 255 || name.find('/') != std::string_view::npos ||
+        name.find('\0') != std::string_view::npos)
+      return invalid_argument("'" + std::string(name) + "' is not a plain file name (not empty, at most 255 bytes, no '/', not . or ..)");
+    if (!seen.insert(name).second) return invalid_argument("the file name '" + std::string(name) + "' appears twice in the group");
   }
   return {};
 }
 
-std::string encode_file_group(const NamedFiles& files) {
+FileViews views_of(const NamedFiles& files) {
+  FileViews out;
+  out.reserve(files.size());
+  for (auto& [name, content] : files) out.emplace_back(name, content);
+  return out;
+}
+
+std::string encode_file_group(const FileViews& files) {
   size_t total = k_magic.size() + 16;
   for (auto& [name, content] : files) total += name.size() + content.size() + 32;
   std::string out;
@@ -66,24 +73,24 @@ std::string encode_file_group(const NamedFiles& files) {
   return out;
 }
 
-Result<NamedFiles> decode_file_group(std::string_view bytes) {
+Result<FileViews> decode_file_group(std::string_view bytes) {
   if (bytes.substr(0, k_magic.size()) != k_magic) return Status(StatusCode::kDataLoss, "not a group of files (no kiln-files header)");
   FieldReader in(bytes.substr(k_magic.size()));
   size_t count = 0;
   if (!in.count(count) || count > bytes.size()) return Status(StatusCode::kDataLoss, "a group of files with a bad count");
-  NamedFiles files(count);
+  FileViews files(count);
   for (auto& [name, content] : files)
-    if (!in.field(name) || !in.field(content)) return Status(StatusCode::kDataLoss, "a group of files cut short");
+    if (!in.field_view(name) || !in.field_view(content)) return Status(StatusCode::kDataLoss, "a group of files cut short");
   if (!in.done()) return Status(StatusCode::kDataLoss, "a group of files with bytes after its last file");
   if (Status names = check_file_names(files); !names.ok()) return Status(StatusCode::kDataLoss, names.message());
   return files;
 }
 
-Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, const Hash128& key, const NamedFiles& files) {
+Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, const Hash128& key, const FileViews& files) {
   std::string hex = key.hex();
   MaterializedFiles out;
   out.folder = cache_root + "/files/" + hex.substr(0, 2) + "/" + hex;
-  for (auto& [name, _] : files) out.paths.emplace_back(name, out.folder + "/" + name);
+  for (auto& [name, _] : files) out.paths.emplace_back(std::string(name), out.folder + "/" + std::string(name));
   if (folder_matches(out.folder, files)) return out;  // the usual hit: ~8 small reads
   KILN_RETURN_IF_ERROR(make_dirs(dirname_of(out.folder), 0700));
   std::string tmp = out.folder + ".tmp." + unique_suffix();
@@ -91,7 +98,7 @@ Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, 
   if (::mkdir(tmp.c_str(), 0700) != 0) return errno_status("mkdir " + tmp, errno);
   Status st;
   for (auto& [name, content] : files)
-    if (st = write_new_file(tmp + "/" + name, content); !st.ok()) break;
+    if (st = write_new_file(tmp + "/" + std::string(name), content); !st.ok()) break;
   for (int attempt = 0; st.ok(); ++attempt) {
     if (::rename(tmp.c_str(), out.folder.c_str()) == 0) return out;
     if (errno != ENOTEMPTY && errno != EEXIST) {

@@ -22,18 +22,21 @@
 namespace kiln::cache {
 
 using NamedFiles = std::vector<std::pair<std::string, std::string>>;  // (name, content)
+// The same as views into an artifact's bytes (a mapped blob: a hit copies nothing).
+using FileViews = std::vector<std::pair<std::string_view, std::string_view>>;
 
 // Ok, or kInvalidArgument saying which name is not a plain file name (or appears twice).
-Status check_file_names(const NamedFiles& files);
-std::string encode_file_group(const NamedFiles& files);
-// The files, or kDataLoss saying what is wrong.
-Result<NamedFiles> decode_file_group(std::string_view bytes);
+Status check_file_names(const FileViews& files);
+FileViews views_of(const NamedFiles& files);
+std::string encode_file_group(const FileViews& files);
+// The files as views into `bytes`, or kDataLoss saying what is wrong.
+Result<FileViews> decode_file_group(std::string_view bytes);
 
 // The group's files as real files: (folder, [(name, path)]).
 struct MaterializedFiles {
   std::string folder;
   std::vector<std::pair<std::string, std::string>> paths;
 };
-Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, const Hash128& key, const NamedFiles& files);
+Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, const Hash128& key, const FileViews& files);
 
 }  // namespace kiln::cache
