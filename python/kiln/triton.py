@@ -239,6 +239,14 @@ def _compile_options():
     return None
 
 
+def _always_compile():
+    try:
+        from triton import knobs
+        return bool(knobs.compilation.always_compile)
+    except Exception:
+        return False
+
+
 def _file_digest(path):
     try:
         with open(path, "rb") as f:
@@ -346,6 +354,8 @@ def _make_class():
                 return self._files.get_group(filename)
             files = self._claim(GROUP_KIND, self._group_key(filename))
             if files is not None:
+                if _always_compile():  # Triton compiles anyway: its files are a group again
+                    self._compiling.add(filename)
                 return files
             self._compiling.add(filename)
             self._started[filename] = time.monotonic()

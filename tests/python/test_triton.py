@@ -428,3 +428,17 @@ def test_an_ir_override_file_that_changes_is_compiled_again_where_tritons_key_se
     r = result_of(done)
     assert r["hash_same"], "Triton's key saw the change itself: this test no longer shows what kiln adds"
     assert r == {"compiles": 3, "hash_same": True, "ptx_differs": True, "mul": True, "again": True}, r
+
+
+@needs_triton
+def test_triton_told_to_always_compile_compiles_and_keeps_one_group_per_kernel(tmp_path):
+    env = triton_env(tmp_path / "kiln", tmp_path, TRITON_ALWAYS_COMPILE=1, TRITON_STORE_BINARY_ONLY=1)
+    assert compile_in_child(env, ["add"])["compiles"] == 1
+    again = compile_in_child(env, ["add"])
+    assert again["compiles"] == 1
+    # Its files went into the group again, never one artifact per file.
+    import sqlite3
+    with sqlite3.connect(str(tmp_path / "kiln" / "index.sqlite")) as db:
+        assert db.execute("SELECT op, kind FROM artifacts").fetchall() == [("add_kernel", "triton-group")]
+    (folder,) = glob.glob(str(tmp_path / "kiln" / "files" / "*" / "*"))
+    assert sorted(os.listdir(folder)) == ["add_kernel.cubin", "add_kernel.json", "add_kernel.source"]
