@@ -178,6 +178,7 @@ Context::Context(const Options& options) : m_impl(std::make_unique<Impl>()) {
 Context::~Context() = default;
 
 std::string Context::accelerator() const { return m_impl->accelerator ? std::string(m_impl->accelerator->name()) : "none"; }
+std::string Context::cache_dir() const { return m_impl->ops->store() ? m_impl->ops->store()->root() : ""; }
 std::string Context::native_target() const {
   return m_impl->accelerator ? m_impl->accelerator->native_target() : "cpu:" + runtime::x86_level_name(runtime::host_x86_level());
 }

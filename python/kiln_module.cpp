@@ -405,6 +405,7 @@ PYBIND11_MODULE(_kiln, m) {
            py::arg("accelerator") = "", py::arg("cache_dir") = "", py::arg("spec_dirs") = std::vector<std::string>{})
       .def_property_readonly("accelerator", &kiln::Context::accelerator)
       .def_property_readonly("native_target", &kiln::Context::native_target)
+      .def_property_readonly("cache_dir", &kiln::Context::cache_dir)
       .def("op", [](kiln::Context& c, const std::string& name, const std::string& target) {
             return PyOp(c, c.op(name, target));
           }, py::arg("name"), py::arg("target") = "", py::keep_alive<0, 1>())

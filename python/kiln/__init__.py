@@ -105,6 +105,11 @@ class Context:
     def native_target(self):
         return self._ctx.native_target
 
+    @property
+    def cache_dir(self):
+        """The cache folder in use; "" when it could not be opened (then nothing is kept)."""
+        return self._ctx.cache_dir
+
     def _wrap(self, native):
         return Op(native, self.accelerator != "cuda", 256)
 

@@ -205,7 +205,8 @@ def _context():
             try:
                 import kiln
                 ctx = kiln.context("none")._ctx
-                ctx.find_files(FILE_KIND, "kiln-triton: can the cache be opened?")
+                if not ctx.cache_dir:
+                    raise RuntimeError("it could not be opened (see kiln's warning above)")
                 _native = ctx
             except Exception as e:
                 _native_error = "%s: %s" % (type(e).__name__, e)

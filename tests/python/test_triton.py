@@ -442,3 +442,13 @@ def test_triton_told_to_always_compile_compiles_and_keeps_one_group_per_kernel(t
         assert db.execute("SELECT op, kind FROM artifacts").fetchall() == [("add_kernel", "triton-group")]
     (folder,) = glob.glob(str(tmp_path / "kiln" / "files" / "*" / "*"))
     assert sorted(os.listdir(folder)) == ["add_kernel.cubin", "add_kernel.json", "add_kernel.source"]
+
+
+@needs_triton
+def test_a_kiln_cache_that_cannot_be_opened_is_said_once_and_triton_keeps_its_own(tmp_path):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("a file where the cache folder should be")
+    done = run_python(COMPILE.format(names=["add", "softmax"]), env=triton_env(not_a_folder, tmp_path))
+    assert result_of(done)["compiles"] == 2
+    assert done.stderr.count("kiln.triton: kiln's cache cannot be used") == 1, done.stderr
+    assert glob.glob(str(tmp_path / "triton-own" / "*" / "softmax_kernel.cubin"))

@@ -375,6 +375,8 @@ class KILN_API Context {
 
   std::string accelerator() const;    // "cpu", "cuda"
   std::string native_target() const;  // what ops build for unless told: "cpu:x86-64-v3"
+  // The cache folder in use; empty when it could not be opened (ops then compile into memory).
+  std::string cache_dir() const;
 
   // The op of that name from the spec folders. Throws Error("not_found") naming the folders
   // searched, or Error("invalid_spec") with the file and line of what is wrong in its spec.
