@@ -14,7 +14,8 @@ What goes where:
   JSON, or only what TRITON_STORE_BINARY_ONLY keeps) is one kiln artifact of kind `triton-group`,
   stored by put_group as a whole and handed out by get_group as real files, copies of the checked
   artifact in a folder of their own (kiln::Context::find_files). Until put_group, the files that
-  put() is given are staged in a private temporary folder: no other process sees them.
+  put() is given are staged in a private temporary folder (<cache>/files/staging/, removed when
+  the manager goes; `kiln cache gc` removes what a killed process left): no reader looks there.
 - A file on its own (the autotuner's `<fn>.autotune.json`, the driver's launcher `.so`) is an
   artifact of kind `triton-file`, stored first-writer-wins: every rank reads the same timings, so
   every rank launches the same config.
@@ -421,7 +422,11 @@ def _make_class():
         # -- staging of a group's files until put_group
         def _stage(self, filename, data):
             if self._stage_dir is None:
-                self._stage_dir = tempfile.mkdtemp(prefix="kiln-triton-")
+                # Private to this manager, inside the cache so that `kiln cache gc` removes what a
+                # killed process left (a name with ".tmp.", an hour old).
+                parent = os.path.join(self._ctx.cache_dir, "files", "staging")
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+                self._stage_dir = tempfile.mkdtemp(prefix="triton-", suffix=".tmp.%d" % os.getpid(), dir=parent)
                 self._stage_finalizer = weakref.finalize(self, shutil.rmtree, self._stage_dir, True)
             if "/" in filename or filename in ("", ".", ".."):
                 raise ValueError("kiln.triton: %r is not a plain file name" % (filename,))

@@ -90,6 +90,13 @@ def redis_cli_keys(url, pattern):
 ALL = ["add", "softmax", "layer_norm", "matmul"]
 
 
+def kiln_cli():
+    """The kiln command built beside this kiln package (build/bin/kiln), or None."""
+    import kiln
+    cli = os.path.normpath(os.path.join(os.path.dirname(kiln.__file__), "..", "..", "bin", "kiln"))
+    return cli if os.path.exists(cli) else None
+
+
 @pytest.fixture(autouse=True)
 def no_manager_inherited(monkeypatch):
     # Children get TRITON_CACHE_MANAGER from triton_env only (Triton takes "" for a bad value).
@@ -346,9 +353,7 @@ def test_nodes_missing_at_once_give_one_compile_through_the_lease(tmp_path, redi
 
 @needs_triton
 def test_a_compile_killed_midway_leaves_no_group_and_its_lease_expires(tmp_path, redis_url):
-    staging = tmp_path / "tmp"
-    staging.mkdir()
-    env = triton_env(tmp_path / "node1", tmp_path, KILN_REMOTE_CACHE=redis_url, KILN_REMOTE_LEASE=3, TMPDIR=staging)
+    env = triton_env(tmp_path / "node1", tmp_path, KILN_REMOTE_CACHE=redis_url, KILN_REMOTE_LEASE=3)
     # The fault: the process dies (SIGKILL) once Triton has put three of the kernel's files.
     done = run_python("""
         import os, signal, kiln.triton
@@ -370,8 +375,9 @@ def test_a_compile_killed_midway_leaves_no_group_and_its_lease_expires(tmp_path,
     killed_at = time.time()
     # Nothing visible: no artifact, no folder of files; its staged files are private.
     assert blobs(tmp_path / "node1") == []
-    assert not glob.glob(str(tmp_path / "node1" / "files" / "*" / "*"))
-    assert glob.glob(str(staging / "kiln-triton-*" / "softmax_kernel.*"))
+    assert os.listdir(str(tmp_path / "node1" / "files")) == ["staging"]
+    (left,) = glob.glob(str(tmp_path / "node1" / "files" / "staging" / "triton-*.tmp.*"))
+    assert sorted(os.listdir(left)) == ["softmax_kernel.source", "softmax_kernel.ttgir", "softmax_kernel.ttir"]
     assert len(redis_cli_keys(redis_url, "kiln:lease:*")) == 1  # held by the dead process, for now
     # Another node waits for the lease to expire (3 s, unrenewed), then compiles it itself.
     other = compile_in_child(triton_env(tmp_path / "node2", tmp_path, KILN_REMOTE_CACHE=redis_url), ["softmax"])
@@ -381,14 +387,21 @@ def test_a_compile_killed_midway_leaves_no_group_and_its_lease_expires(tmp_path,
     # The dead process's node: its lock went with the process; the artifact is now on Redis.
     again = compile_in_child(triton_env(tmp_path / "node1", tmp_path, KILN_REMOTE_CACHE=redis_url), ["softmax"])
     assert again["compiles"] == 0 and again["cubins"] == other["cubins"]
+    # What the dead process staged is removed by `kiln cache gc` once it is an hour old.
+    cli = kiln_cli()
+    if cli:
+        old = time.time() - 7200
+        os.utime(left, (old, old))
+        subprocess.run([cli, "cache", "gc"], env=dict(os.environ, KILN_CACHE_DIR=str(tmp_path / "node1")), check=True,
+                       capture_output=True)
+        assert not os.path.exists(left)
 
 
 @needs_triton
 def test_a_bundle_carries_tritons_kernels_to_a_node_that_compiles_nothing(tmp_path):
-    import kiln
-    cli = os.path.normpath(os.path.join(os.path.dirname(kiln.__file__), "..", "..", "bin", "kiln"))
-    if not os.path.exists(cli):
-        pytest.skip("the kiln command is not built beside this kiln package (%s)" % cli)
+    cli = kiln_cli()
+    if not cli:
+        pytest.skip("the kiln command is not built beside this kiln package (build/bin/kiln)")
     first = compile_in_child(triton_env(tmp_path / "warm", tmp_path), ["add", "softmax"])
     assert first["compiles"] == 2
     bundle = str(tmp_path / "triton.bundle")
