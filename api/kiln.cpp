@@ -363,7 +363,7 @@ FileGroup Context::store_files(const std::string& kind, const std::string& key, 
   cache::FileViews views = cache::views_of(files);
   check(cache::check_file_names(views));
   cache::ArtifactRecord record;
-  record.key = builders::Ops::external_key(kind, key);
+  record.key = builders::Ops::external_key(kind, key, &record.components);
   record.kind = kind;
   record.op = info.label.empty() ? kind : info.label;  // a record names what it is
   record.target = info.target;

@@ -659,9 +659,12 @@ Result<std::shared_ptr<LoadedOp>> Ops::load_spec(OpSpec spec, const Target& targ
 
 // ---- External artifacts
 
-Hash128 Ops::external_key(std::string_view kind, std::string_view caller_key) {
+Hash128 Ops::external_key(std::string_view kind, std::string_view caller_key, std::string* components) {
   // Its own purpose tag: no caller's key can ever name an op's artifact or manifest.
-  return cache::KeyBuilder("external").add("kind", kind).add("key", caller_key).finish();
+  cache::KeyBuilder key("external", components != nullptr);
+  key.add("kind", kind).add("key", caller_key);
+  if (components) *components = cache::encode_components(key.components());
+  return key.finish();
 }
 
 namespace {

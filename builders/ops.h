@@ -161,8 +161,10 @@ class Ops {
   // go through the same store (checked on every read), remote tiers (signed), single flight and
   // bundles as an op's. Their record has key == input_key and no manifest.
 
-  // The artifact key of a caller's key text for artifacts of `kind`.
-  static Hash128 external_key(std::string_view kind, std::string_view caller_key);
+  // The artifact key of a caller's key text for artifacts of `kind`; `components` (may be null)
+  // gets what it was made of, for the record (`kiln cache show`: a key of printable text under
+  // 160 bytes is shown as it is).
+  static Hash128 external_key(std::string_view kind, std::string_view caller_key, std::string* components = nullptr);
   // The local store's copy (mapped: a hit copies nothing), else a remote tier's (then stored
   // here too); nullopt on a miss. `source` (may be null) says which.
   Result<std::optional<cache::MappedArtifact>> find_external(const Hash128& key, CacheOutcome* source = nullptr);

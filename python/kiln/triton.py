@@ -322,11 +322,11 @@ def _make_class():
                 override = getattr(self._options, "ir_override", None)
                 if override:
                     parts.append("ir-override=" + _file_digest(override))
-                key = self._group_keys[filename] = "\n".join(parts)
+                key = self._group_keys[filename] = " | ".join(parts)  # printable: `kiln cache show` shows it
             return key
 
         def _file_key(self, filename):
-            return "\n".join([_SCHEMA, "file", self.key, filename])
+            return " | ".join([_SCHEMA, "file", self.key, filename])
 
         def _claim(self, kind, key):
             """The files when found (perhaps after waiting for their maker); None when this
