@@ -88,9 +88,9 @@ def _installed_version():
         return triton.__version__
 
 
-def supported():
+def supported(check_interface=True):
     """(True, "") when kiln can be Triton's cache here, else (False, why not). Imports Triton only
-    to check its interface when its version is one kiln speaks."""
+    to check its interface (check_interface), when its version is one kiln speaks."""
     version = _installed_version()
     if version is None:
         return False, "Triton is not installed"
@@ -99,6 +99,8 @@ def supported():
         return False, "Triton %s is older than %d.%d, the first whose cache kiln can serve" % ((version,) + _FIRST)
     if v > _LAST:
         return False, "Triton %s is newer than %d.%d, the last whose cache interface kiln was tested with" % ((version,) + _LAST)
+    if not check_interface:
+        return True, ""
     try:
         from triton.runtime import cache
     except Exception as e:  # a broken install
@@ -126,8 +128,10 @@ def _warn_once(what, message):
 def install():
     """Makes kiln Triton's cache in this process and the processes it starts (it sets
     TRITON_CACHE_MANAGER=kiln.triton:CacheManager). Returns True; False, with a warning said
-    once, where kiln cannot serve this Triton (then nothing changes)."""
-    ok, why = supported()
+    once, where kiln cannot serve this Triton (then nothing changes). It reads Triton's version
+    without importing Triton; its interface is checked when Triton first makes a manager (one it
+    does not match is said once there, and Triton's own FileCacheManager does the work)."""
+    ok, why = supported(check_interface=False)
     if not ok:
         _warn_once("unsupported", why + "; Triton keeps its own cache")
         return False

@@ -155,6 +155,7 @@ def test_install_sets_the_variable_that_inductors_workers_inherit(tmp_path):
     done = run_python("""
         import os, subprocess, sys, kiln.triton
         assert kiln.triton.install() is True
+        assert "triton" not in sys.modules, "install() imported Triton"
         print(os.environ["TRITON_CACHE_MANAGER"])
         child = subprocess.run([sys.executable, "-c",
             "from triton.runtime.cache import get_cache_manager; print(type(get_cache_manager('00' * 32)).__module__)"],
@@ -465,3 +466,23 @@ def test_a_kiln_cache_that_cannot_be_opened_is_said_once_and_triton_keeps_its_ow
     assert result_of(done)["compiles"] == 2
     assert done.stderr.count("kiln.triton: kiln's cache cannot be used") == 1, done.stderr
     assert glob.glob(str(tmp_path / "triton-own" / "*" / "softmax_kernel.cubin"))
+
+
+@needs_triton
+def test_a_triton_whose_cache_interface_differs_is_said_once_and_keeps_its_own_cache(tmp_path):
+    # As if this Triton's CacheManager had another abstract method: found when Triton first asks.
+    done = run_python("""
+        import json, warnings, kiln.triton
+        kiln.triton._INTERFACE = kiln.triton._INTERFACE | {"evict"}
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert kiln.triton.install() is True  # the version is one kiln speaks
+            import triton_kernels
+            r = triton_kernels.compile_kernels(["add", "softmax"])
+        said = [str(x.message) for x in w if "kiln.triton" in str(x.message)]
+        print("RESULT " + json.dumps(dict(r, said=said)))
+    """, env=triton_env(tmp_path / "kiln", tmp_path))
+    r = result_of(done)
+    assert r["compiles"] == 2
+    assert len(r["said"]) == 1 and "interface is not the one kiln speaks" in r["said"][0], r["said"]
+    assert blobs(tmp_path / "kiln") == []
