@@ -15,6 +15,7 @@
 #include "builders/ops.h"
 #include "builders/spec.h"
 #include "builders/target.h"
+#include "cache/file_group.h"
 #include "jit/toolchain.h"
 #include "runtime/host_cpu.h"
 #include "runtime/registry.h"
@@ -177,6 +178,7 @@ Context::Context(const Options& options) : m_impl(std::make_unique<Impl>()) {
 Context::~Context() = default;
 
 std::string Context::accelerator() const { return m_impl->accelerator ? std::string(m_impl->accelerator->name()) : "none"; }
+std::string Context::cache_dir() const { return m_impl->ops->store() ? m_impl->ops->store()->root() : ""; }
 std::string Context::native_target() const {
   return m_impl->accelerator ? m_impl->accelerator->native_target() : "cpu:" + runtime::x86_level_name(runtime::host_x86_level());
 }
@@ -280,6 +282,100 @@ Library Context::build_library(const LibraryOptions& options) {
   out.log = outcome.log;
   out.warnings = outcome.warnings;
   out.precompiled_headers_used = outcome.pch_used;
+  return out;
+}
+
+// ---- Files another compiler made
+
+namespace {
+// The kinds kiln's own pipeline stores: an external artifact never takes one of them.
+constexpr const char* k_own_kinds[] = {"host-so", "ptx", "cubin", "hsaco", "spirv", "opencl-binary", "opencl-program", "pch", "compile-error"};
+
+void check_external(const std::string& kind, const std::string& key) {
+  bool plain = !kind.empty() && kind.size() <= 64;
+  for (char c : kind) plain = plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+  if (!plain) throw Error("invalid_argument", "artifact kind '" + kind + "' is not 1-64 lowercase letters, digits and '-' (e.g. triton-group)");
+  for (const char* own : k_own_kinds)
+    if (kind == own) throw Error("invalid_argument", "artifact kind '" + kind + "' is one of kiln's own; name another compiler's kind (e.g. triton-group)");
+  if (key.empty()) throw Error("invalid_argument", "an empty key for an artifact of kind " + kind);
+}
+
+FileGroup files_of(builders::Ops& ops, const cache::MappedArtifact& artifact, const char* source) {
+  auto files = cache::decode_file_group(artifact.bytes);
+  if (!files.ok())
+    throw Error("data_loss", "artifact " + artifact.record.key.hex() + " (" + artifact.record.kind + ") is not a group of files: " +
+                                 files.status().message());
+  cache::MaterializedFiles placed = value_or_throw(cache::materialize_file_group(ops.store()->root(), artifact.record.key, files.value()));
+  FileGroup out;
+  out.key = artifact.record.key.hex();
+  out.folder = std::move(placed.folder);
+  out.files = std::move(placed.paths);
+  out.cache_source = source;
+  return out;
+}
+
+builders::Ops& ops_with_store(Context::Impl& impl, const std::string& kind) {
+  if (!impl.ops->store())
+    throw Error("unavailable", "no kiln cache to keep " + kind + " artifacts in (it could not be opened; see the warning above)");
+  return *impl.ops;
+}
+}  // namespace
+
+struct Claim::Impl {
+  std::unique_ptr<builders::Claim> claim;
+};
+Claim::Claim(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+Claim::~Claim() = default;
+bool Claim::held() const { return m_impl->claim && m_impl->claim->held(); }
+void Claim::release() { m_impl->claim.reset(); }
+
+std::optional<FileGroup> Context::find_files(const std::string& kind, const std::string& key) {
+  check_external(kind, key);
+  builders::Ops& ops = ops_with_store(*m_impl, kind);
+  builders::CacheOutcome source = builders::CacheOutcome::kDisk;
+  auto found = value_or_throw(ops.find_external(builders::Ops::external_key(kind, key), &source));
+  if (!found) return std::nullopt;
+  return files_of(ops, *found, builders::cache_outcome_name(source));
+}
+
+FilesOrClaim Context::find_or_claim_files(const std::string& kind, const std::string& key) {
+  check_external(kind, key);
+  builders::Ops& ops = ops_with_store(*m_impl, kind);
+  builders::CacheOutcome source = builders::CacheOutcome::kDisk;
+  auto claim = std::make_unique<builders::Claim>();
+  Hash128 k = builders::Ops::external_key(kind, key);
+  auto found = value_or_throw(ops.find_or_claim_external(k, kind + " " + k.hex().substr(0, 12), *claim, &source));
+  FilesOrClaim out;
+  if (found) {
+    out.found = files_of(ops, *found, builders::cache_outcome_name(source));
+    return out;
+  }
+  auto impl = std::make_unique<Claim::Impl>();
+  impl->claim = std::move(claim);
+  out.claim.reset(new Claim(std::move(impl)));
+  return out;
+}
+
+FileGroup Context::store_files(const std::string& kind, const std::string& key, const std::vector<std::pair<std::string, std::string>>& files,
+                               const ArtifactInfo& info, Claim* claim, bool keep_first) {
+  check_external(kind, key);
+  builders::Ops& ops = ops_with_store(*m_impl, kind);
+  cache::FileViews views = cache::views_of(files);
+  check(cache::check_file_names(views));
+  cache::ArtifactRecord record;
+  record.key = builders::Ops::external_key(kind, key, &record.components);
+  record.kind = kind;
+  record.op = info.label.empty() ? kind : info.label;  // a record names what it is
+  record.target = info.target;
+  record.toolchain = info.toolchain;
+  record.compile_ms = info.compile_ms;
+  record.log = info.log;
+  std::unique_ptr<builders::Claim> held = claim ? std::move(claim->m_impl->claim) : nullptr;
+  std::string bytes = cache::encode_file_group(views);
+  cache::MappedArtifact stored = value_or_throw(ops.store_external(std::move(record), std::move(bytes), std::move(held), keep_first));
+  FileGroup out = files_of(ops, stored, "stored");
+  // With keep_first, another writer's group may have been there first: then it is the one given back.
+  if (keep_first && cache::decode_file_group(stored.bytes).value() != views) out.cache_source = "disk";
   return out;
 }
 

@@ -334,43 +334,62 @@ bool Ops::remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome&
   return true;
 }
 
-bool Ops::wait_for_cluster(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote,
-                           std::unique_ptr<cache::RemoteTiers::Lease>& lease) {
+bool Ops::wait_for_cluster(const Hash128& key, const std::string& what, const std::function<bool(cache::RemoteTiers&)>& look_remote,
+                           cache::RemoteTiers& remote, std::unique_ptr<cache::RemoteTiers::Lease>& lease) {
   if (!remote.has_leases()) return false;
   auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::milliseconds(20);
   bool said = false;
   for (;;) {
-    auto taken = remote.take_lease(input.key);
+    auto taken = remote.take_lease(key);
     if (taken.state == cache::RemoteTiers::LeaseState::kTaken) {
       lease = std::move(taken.lease);
       // Whoever held it before may have published and released between our look and now.
-      return remote_lookup(spec, input, out, remote);
+      return look_remote(remote);
     }
     if (taken.state == cache::RemoteTiers::LeaseState::kNone) return false;
     if (std::chrono::steady_clock::now() - start > m_remote_wait) {
-      warn_once("remote-wait", "waited " + std::to_string(m_remote_wait.count() / 1000) + " s for another node compiling op " + spec.name +
+      warn_once("remote-wait", "waited " + std::to_string(m_remote_wait.count() / 1000) + " s for another node compiling " + what +
                                    "; compiling here too");
       return false;
     }
     if (!said) {
-      KILN_LOG_AT(kInfo, "remote", "op " + spec.name + ": another node is compiling it; waiting for its artifact");
+      KILN_LOG_AT(kInfo, "remote", what + ": another node is compiling it; waiting for its artifact");
       said = true;
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 3 / 2, std::chrono::milliseconds(500));
-    if (remote_lookup(spec, input, out, remote)) return true;
+    if (look_remote(remote)) return true;
   }
+}
+
+bool Ops::single_flight(const Hash128& key, const std::string& what, const std::function<bool()>& look,
+                        const std::function<bool(cache::RemoteTiers&)>& look_remote, Claim& claim) {
+  if (!m_store) return false;
+  // One compile per key across processes: wait for whoever is compiling these inputs, then
+  // look again. A waiter that times out compiles itself rather than hang.
+  claim.lock.emplace(cache::KeyLock::acquire(m_store->root(), key, m_lock_timeout));
+  // Look again under the lock, whether or not we waited: another process may have stored
+  // the artifact and released the lock between our first lookup and our taking it.
+  if (look()) return true;
+  if (!claim.lock->held() && claim.lock->waited())
+    warn_once("lock-timeout", "waited too long for another process compiling " + what + "; compiling here too");
+  // Then the cluster: a remote tier may have it, or another node may be compiling it now.
+  cache::RemoteTiers* tiers = remote();
+  return tiers && (look_remote(*tiers) || wait_for_cluster(key, what, look_remote, *tiers, claim.lease));
 }
 
 void Ops::publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<cache::RemoteTiers::Lease> lease) {
   // What the local store now holds, byte for byte: the blob file and the manifest.
   auto blob = read_file(m_store->blob_path(key));
-  auto manifest = m_store->get_manifest(input_key);
-  if (!blob.ok() || !manifest.ok() || !manifest->has_value()) return;  // the lease goes with this frame
+  if (!blob.ok()) return;  // the lease goes with this frame
   std::vector<cache::RemoteTiers::Publication> objects;
   objects.push_back({cache::RemoteObject::kArtifact, key, std::move(blob).value()});
-  objects.push_back({cache::RemoteObject::kManifest, input_key, std::move(**manifest)});
+  if (!(input_key == key)) {  // an external artifact has no manifest: its caller's key is its key
+    auto manifest = m_store->get_manifest(input_key);
+    if (!manifest.ok() || !manifest->has_value()) return;
+    objects.push_back({cache::RemoteObject::kManifest, input_key, std::move(**manifest)});
+  }
   // Released once both are up: a node waiting on the lease then finds them.
   std::shared_ptr<cache::RemoteTiers::Lease> held(std::move(lease));
   m_remote->publish(std::move(objects), [held]() mutable { held.reset(); });
@@ -423,22 +442,13 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
     return out;
   };
   if (lookup(spec, input, out)) return finish();
-
-  // One compile per key across processes: wait for whoever is compiling these inputs, then
-  // look again. A waiter that times out compiles itself rather than hang.
-  std::optional<cache::KeyLock> lock;
-  if (m_store) {
-    lock.emplace(cache::KeyLock::acquire(m_store->root(), input.key, m_lock_timeout));
-    // Look again under the lock, whether or not we waited: another process may have stored
-    // the artifact and released the lock between our first lookup and our taking it.
-    if (lookup(spec, input, out)) return finish();
-    if (!lock->held() && lock->waited())
-      warn_once("lock-timeout", "waited too long for another process compiling op " + spec.name + "; compiling here too");
-  }
-  // Then the cluster: a remote tier may have it, or another node may be compiling it now.
-  std::unique_ptr<cache::RemoteTiers::Lease> lease;
+  // One compile per key on this node and in the cluster; the claim (lock, lease) is held until
+  // the artifact is stored and published.
+  Claim claim;
+  if (single_flight(input.key, "op " + spec.name, [&] { return lookup(spec, input, out); },
+                    [&](cache::RemoteTiers& r) { return remote_lookup(spec, input, out, r); }, claim))
+    return finish();
   cache::RemoteTiers* tiers = m_store ? remote() : nullptr;
-  if (tiers && (remote_lookup(spec, input, out, *tiers) || wait_for_cluster(spec, input, out, *tiers, lease))) return finish();
   if (m_store) m_store->count(cache::Counter::kMisses);
 
   auto load_toolchain = [&] {
@@ -526,7 +536,7 @@ Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
     warn_once("store-write", "the cache in " + m_store->root() + " cannot be written (" + stored.message() +
                                  "); ops still run, compiled into memory only");
   else if (tiers)
-    publish(record.key, input.key, std::move(lease));
+    publish(record.key, input.key, std::move(claim.lease));
   return finish();
 }
 
@@ -645,6 +655,107 @@ Result<std::shared_ptr<LoadedOp>> Ops::load_spec(OpSpec spec, const Target& targ
   loaded->m_accelerator = accelerator;
   loaded->m_module = std::move(module);
   return loaded;
+}
+
+// ---- External artifacts
+
+Hash128 Ops::external_key(std::string_view kind, std::string_view caller_key, std::string* components) {
+  // Its own purpose tag: no caller's key can ever name an op's artifact or manifest.
+  cache::KeyBuilder key("external", components != nullptr);
+  key.add("kind", kind).add("key", caller_key);
+  if (components) *components = cache::encode_components(key.components());
+  return key.finish();
+}
+
+namespace {
+// An artifact that owns its bytes, as one read in place.
+cache::MappedArtifact owned(cache::Artifact a) {
+  auto bytes = std::make_shared<const std::string>(std::move(a.bytes));
+  std::string_view view = *bytes;
+  return cache::MappedArtifact{std::move(a.record), view, std::move(bytes)};
+}
+}  // namespace
+
+std::optional<cache::MappedArtifact> Ops::remote_lookup_external(const Hash128& key, cache::RemoteTiers& remote) {
+  std::optional<cache::MappedArtifact> got;
+  remote.fetch(cache::RemoteObject::kArtifact, key, [&](std::string_view blob) -> Status {
+    // Checked as every remote artifact is (its envelope names the key, its signature when the
+    // cluster signs, its hashes), and that it is the artifact of `key`, then stored here.
+    KILN_ASSIGN_OR_RETURN(cache::Artifact a, m_store->import(key, blob));
+    got = owned(std::move(a));
+    return {};
+  });
+  if (got) {
+    KILN_LOG_AT(kInfo, "remote", got->record.kind + " " + got->record.op + ": artifact " + key.hex() + " from a remote tier (" +
+                                     std::to_string(got->bytes.size()) + " bytes, checked" + (remote.signing() ? " and signed)" : ")"));
+    m_store->count(cache::Counter::kHitsRemote);
+    m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(got->record.compile_ms * 1000));
+  }
+  return got;
+}
+
+Result<std::optional<cache::MappedArtifact>> Ops::find_external(const Hash128& key, CacheOutcome* source) {
+  if (!m_store) return std::optional<cache::MappedArtifact>();
+  KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> hit, m_store->map(key));
+  if (hit) {
+    if (source) *source = CacheOutcome::kDisk;
+    m_store->count(cache::Counter::kHitsDisk);
+    m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(hit->record.compile_ms * 1000));
+    return hit;
+  }
+  cache::RemoteTiers* tiers = remote();
+  if (!tiers) return std::optional<cache::MappedArtifact>();
+  std::optional<cache::MappedArtifact> got = remote_lookup_external(key, *tiers);
+  if (got && source) *source = CacheOutcome::kRemote;
+  return got;
+}
+
+Result<std::optional<cache::MappedArtifact>> Ops::find_or_claim_external(const Hash128& key, const std::string& what, Claim& claim,
+                                                                         CacheOutcome* source) {
+  KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> found, find_external(key, source));
+  if (found || !m_store) return found;
+  auto look = [&] {
+    auto hit = m_store->map(key);
+    if (!hit.ok() || !hit->has_value()) return false;
+    found = std::move(**hit);
+    if (source) *source = CacheOutcome::kDisk;
+    m_store->count(cache::Counter::kHitsDisk);
+    return true;
+  };
+  auto look_remote = [&](cache::RemoteTiers& r) {
+    found = remote_lookup_external(key, r);
+    if (found && source) *source = CacheOutcome::kRemote;
+    return found.has_value();
+  };
+  if (single_flight(key, what, look, look_remote, claim)) {
+    claim.lease.reset();
+    claim.lock.reset();
+    return found;
+  }
+  m_store->count(cache::Counter::kMisses);
+  return std::optional<cache::MappedArtifact>();
+}
+
+Result<cache::MappedArtifact> Ops::store_external(cache::ArtifactRecord record, std::string bytes, std::unique_ptr<Claim> claim,
+                                            bool keep_first) {
+  if (!m_store) return Status(StatusCode::kUnavailable, "no kiln cache to store " + record.kind + " " + record.op + " in");
+  record.input_key = record.key;
+  record.manifest.clear();
+  if (keep_first) {
+    KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> first, m_store->map(record.key));
+    if (first) return std::move(*first);  // the claim goes with this frame
+  }
+  KILN_RETURN_IF_ERROR(m_store->put(record, bytes, cache::Compression::kNone));
+  m_store->count(cache::Counter::kCompiles);
+  m_store->count(cache::Counter::kCompileUsSpent, static_cast<int64_t>(record.compile_ms * 1000));
+  std::unique_ptr<cache::RemoteTiers::Lease> lease;
+  if (claim) {
+    lease = std::move(claim->lease);
+    claim.reset();  // this node's waiters find it now
+  }
+  if (remote()) publish(record.key, record.key, std::move(lease));
+  record.size = bytes.size();
+  return owned(cache::Artifact{std::move(record), std::move(bytes)});
 }
 
 }  // namespace kiln::builders

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "builders/precompiled_headers.h"
 #include "builders/spec.h"
 #include "builders/target.h"
+#include "cache/key_lock.h"
 #include "cache/remote.h"
 #include "cache/settings.h"
 #include "cache/store.h"
@@ -107,6 +109,15 @@ class OpBuilder {
   Target m_target;
 };
 
+// What one process holds while it makes an artifact that no one has yet: this node's lock on
+// the key (an flock, which the kernel drops however the process dies) and the cluster's lease
+// on it (Redis: it expires unless its holder renews it). Destroyed, it releases both.
+struct Claim {
+  std::optional<cache::KeyLock> lock;
+  std::unique_ptr<cache::RemoteTiers::Lease> lease;
+  bool held() const { return (lock && lock->held()) || lease != nullptr; }
+};
+
 struct OpsOptions {
   // Folders searched for <op>.toml, first match wins. Empty: $KILN_SPEC_PATH (':'-separated),
   // else the bundled specs/.
@@ -144,6 +155,32 @@ class Ops {
   // What the cache holds for (spec, target), from the index alone: nothing is compiled,
   // loaded or counted as a hit (for `kiln doctor`). nullopt when nothing is cached.
   Result<std::optional<cache::ArtifactRecord>> cached_record(const OpSpec& spec, const Target& target);
+
+  // ---- Artifacts another compiler makes (Triton's kernels), kept under their caller's key
+  // (DESIGN.md: other compilers' artifacts are artifacts too). Their bytes are opaque here; they
+  // go through the same store (checked on every read), remote tiers (signed), single flight and
+  // bundles as an op's. Their record has key == input_key and no manifest.
+
+  // The artifact key of a caller's key text for artifacts of `kind`; `components` (may be null)
+  // gets what it was made of, for the record (`kiln cache show`: a key of printable text under
+  // 160 bytes is shown as it is).
+  static Hash128 external_key(std::string_view kind, std::string_view caller_key, std::string* components = nullptr);
+  // The local store's copy (mapped: a hit copies nothing), else a remote tier's (then stored
+  // here too); nullopt on a miss. `source` (may be null) says which.
+  Result<std::optional<cache::MappedArtifact>> find_external(const Hash128& key, CacheOutcome* source = nullptr);
+  // find_external, and on a miss the single flight of a compile: waits while another process
+  // of this node or another node makes `key` (its lock, its lease), looking again after each
+  // wait. Still missing, `claim` holds the key for the caller to make it and pass to
+  // store_external (or drop: the next waiter then makes it). `what` names it in messages.
+  Result<std::optional<cache::MappedArtifact>> find_or_claim_external(const Hash128& key, const std::string& what, Claim& claim,
+                                                                      CacheOutcome* source = nullptr);
+  // Stores `bytes` as `record` says (its key, kind, op as a label, target, toolchain, compile
+  // time), then publishes it to the writable tiers; `claim` goes once it is stored here (the
+  // lock) and uploaded (the lease). keep_first: when the key is already stored, that artifact
+  // stays and is returned (first writer wins), and nothing is published. Stored uncompressed:
+  // a hit then maps it and copies nothing (a 700 KB Triton matmul group: ~0.4 ms less a hit).
+  Result<cache::MappedArtifact> store_external(cache::ArtifactRecord record, std::string bytes, std::unique_ptr<Claim> claim,
+                                               bool keep_first);
 
   Result<OpSpec> find_spec(const std::string& op) const;
   // The accelerator that runs a target: the chosen one when it matches, else by name.
@@ -183,13 +220,22 @@ class Ops {
   bool remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote);
   // An artifact or a cached failure into `out`; false when its metadata does not decode.
   bool fill_outcome(cache::Artifact& artifact, BuildOutcome& out);
-  // Waits while another node compiles `input` (its lease), looking for its result; returns
-  // true when it arrived (in `out`). Otherwise `lease` holds ours, or nothing (no lease tier,
-  // no answer, or waited too long): compile.
-  bool wait_for_cluster(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote,
-                        std::unique_ptr<cache::RemoteTiers::Lease>& lease);
-  // Queues the stored artifact and its manifest for the writable tiers; `lease` is released
-  // once they are up.
+  // One compile per key (DESIGN.md, step 5), for ops and external artifacts alike: waits while
+  // another process of this node holds `key`'s lock, then looks (`look`), then the remote tiers
+  // (`look_remote`) and, while another node holds its lease, waits and looks again. True when
+  // one of the looks found it; otherwise `claim` holds what could be taken (nothing, when no
+  // cache or a wait timed out: then make it anyway). `what` names it in messages ("op gelu").
+  bool single_flight(const Hash128& key, const std::string& what, const std::function<bool()>& look,
+                     const std::function<bool(cache::RemoteTiers&)>& look_remote, Claim& claim);
+  // Waits while another node compiles `key` (its lease), calling `look_remote` for its result;
+  // true when it arrived. Otherwise `lease` holds ours, or nothing (no lease tier, no answer,
+  // or waited too long): compile.
+  bool wait_for_cluster(const Hash128& key, const std::string& what, const std::function<bool(cache::RemoteTiers&)>& look_remote,
+                        cache::RemoteTiers& remote, std::unique_ptr<cache::RemoteTiers::Lease>& lease);
+  // An external artifact from the remote tiers, checked and stored here; nullopt on a miss.
+  std::optional<cache::MappedArtifact> remote_lookup_external(const Hash128& key, cache::RemoteTiers& remote);
+  // Queues the stored artifact and its manifest (none for an external one: key == input key)
+  // for the writable tiers; `lease` is released once they are up.
   void publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<cache::RemoteTiers::Lease> lease);
   // Prints `message` the first time a warning of this `kind` comes up in this Ops.
   void warn_once(const std::string& kind, const std::string& message);

@@ -469,7 +469,7 @@ Status Store::publish_locked(const ArtifactRecord& record, std::string_view file
   KILN_RETURN_IF_ERROR(make_dirs(dirname_of(path), 0700));
   KILN_RETURN_IF_ERROR(write_file_atomic(path, file, durable));
   // Then the manifest that leads to it (a failure keeps none: the last compile's headers).
-  if (!record.manifest.empty() || record.kind != "compile-error") KILN_RETURN_IF_ERROR(write_manifest(record.input_key, record.manifest, durable));
+  if (has_manifest(record)) KILN_RETURN_IF_ERROR(write_manifest(record.input_key, record.manifest, durable));
 
   KILN_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
   // The file at `path` is already the new blob: drop only the old row, if any.

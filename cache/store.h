@@ -63,6 +63,15 @@ struct ArtifactRecord {
   uint64_t hits = 0;
 };
 
+// Whether a manifest leads to the artifact: every compile's, even an empty one (no header read),
+// but not a compile error's without one, nor an artifact kept under its caller's key (key ==
+// input_key, no manifest: another compiler's, a device's derived code), which is looked up by
+// its key alone.
+inline bool has_manifest(const ArtifactRecord& r) {
+  if (r.input_key == r.key && r.manifest.empty()) return false;
+  return !r.manifest.empty() || r.kind != "compile-error";
+}
+
 // Binary, length-prefixed; the blob's metadata section.
 std::string encode_record(const ArtifactRecord& r);
 Result<ArtifactRecord> decode_record(std::string_view bytes);

@@ -176,6 +176,23 @@ Result<GcReport> Store::gc(uint64_t max_bytes) {
       ++report->orphans_removed;
     }
   });
+  // The folders that hand out groups of files (cache/file_group.h): those of artifacts gone, and
+  // temporaries of writers that died.
+  std::error_code ec;
+  for (auto shard = std::filesystem::directory_iterator(m_root + "/files", ec); !ec && shard != std::filesystem::directory_iterator();
+       shard.increment(ec)) {
+    std::error_code ec2;
+    for (auto it = std::filesystem::directory_iterator(shard->path(), ec2); !ec2 && it != std::filesystem::directory_iterator();
+         it.increment(ec2)) {
+      std::string name = it->path().filename().string();
+      struct stat st{};
+      if (::lstat(it->path().c_str(), &st) != 0 || now - st.st_mtime < k_grace_seconds) continue;
+      bool temporary = name.find(".tmp.") != std::string::npos;
+      if (!temporary && indexed.count(name)) continue;
+      std::error_code ec3;
+      if (std::filesystem::remove_all(it->path(), ec3) > 0 && !ec3) ++(temporary ? report->temporaries_removed : report->orphans_removed);
+    }
+  }
   return report;
 }
 
@@ -263,6 +280,7 @@ Status Store::clear() {
   for_each_blob_file(m_root, [&](const std::string& path, const std::string&, int64_t) { ::unlink(path.c_str()); });
   std::error_code ec;
   std::filesystem::remove_all(m_root + "/manifests", ec);
+  std::filesystem::remove_all(m_root + "/files", ec);
   return {};
 }
 
@@ -289,7 +307,7 @@ Result<uint64_t> Store::rebuild_index_locked() {
     (void)remove_locked(record->key, /*unlink_blob=*/false);
     if (insert_locked(record.value(), file->size(), xxh3_128(blob->content)).ok()) ++restored;
     // Blobs carry their manifests: direct lookups work again at once.
-    if (!record->manifest.empty() || record->kind != "compile-error") (void)write_manifest(record->input_key, record->manifest, true);
+    if (has_manifest(*record)) (void)write_manifest(record->input_key, record->manifest, true);
   }
   KILN_RETURN_IF_ERROR(exec("COMMIT"));
   return restored;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -40,6 +41,15 @@ void raise_kiln_error(const kiln::Error& e) {
   instance.attr("code") = e.code();
   instance.attr("diagnostics") = diagnostics;
   PyErr_SetObject(error.ptr(), instance.ptr());
+}
+
+py::dict file_group_dict(const kiln::FileGroup& g) {
+  py::dict out;
+  out["key"] = g.key;
+  out["folder"] = g.folder;
+  out["files"] = g.files;
+  out["cache_source"] = g.cache_source;
+  return out;
 }
 
 using Kind = kiln::Arg::Kind;
@@ -380,6 +390,10 @@ PYBIND11_MODULE(_kiln, m) {
 
 
 
+  py::class_<kiln::Claim>(m, "Claim")
+      .def_property_readonly("held", &kiln::Claim::held)
+      .def("release", &kiln::Claim::release, py::call_guard<py::gil_scoped_release>());
+
   py::class_<kiln::Context>(m, "Context")
       .def(py::init([](const std::string& accelerator, const std::string& cache_dir, const std::vector<std::string>& spec_dirs) {
              kiln::Options o;
@@ -391,6 +405,7 @@ PYBIND11_MODULE(_kiln, m) {
            py::arg("accelerator") = "", py::arg("cache_dir") = "", py::arg("spec_dirs") = std::vector<std::string>{})
       .def_property_readonly("accelerator", &kiln::Context::accelerator)
       .def_property_readonly("native_target", &kiln::Context::native_target)
+      .def_property_readonly("cache_dir", &kiln::Context::cache_dir)
       .def("op", [](kiln::Context& c, const std::string& name, const std::string& target) {
             return PyOp(c, c.op(name, target));
           }, py::arg("name"), py::arg("target") = "", py::keep_alive<0, 1>())
@@ -443,5 +458,46 @@ PYBIND11_MODULE(_kiln, m) {
           py::arg("unit_defines") = std::vector<std::string>{}, py::arg("flags") = std::vector<std::string>{},
           py::arg("link_flags") = std::vector<std::string>{}, py::arg("prelude") = std::vector<std::string>{},
           py::arg("facts") = std::vector<std::pair<std::string, std::string>>{}, py::arg("root") = "", py::arg("output") = "",
-          py::arg("cuda_flags") = std::vector<std::string>{}, py::arg("cuda_archs") = std::vector<std::string>{});
+          py::arg("cuda_flags") = std::vector<std::string>{}, py::arg("cuda_archs") = std::vector<std::string>{})
+      // Groups of files another compiler made (kiln.triton): a dict {key, folder, files: [(name,
+      // path)], cache_source}, or None. The waits of find_or_claim_files run without the GIL.
+      .def("find_files", [](kiln::Context& c, const std::string& kind, const std::string& key) -> py::object {
+            std::optional<kiln::FileGroup> found;
+            {
+              py::gil_scoped_release release;
+              found = c.find_files(kind, key);
+            }
+            if (!found) return py::none();
+            return file_group_dict(*found);
+          }, py::arg("kind"), py::arg("key"))
+      .def("find_or_claim_files", [](kiln::Context& c, const std::string& kind, const std::string& key) {
+            kiln::FilesOrClaim got;
+            {
+              py::gil_scoped_release release;
+              got = c.find_or_claim_files(kind, key);
+            }
+            py::object found = py::none();
+            if (got.found) found = file_group_dict(*got.found);
+            py::object claim = got.claim ? py::cast(std::move(got.claim)) : py::none();
+            return py::make_tuple(found, claim);
+          }, py::arg("kind"), py::arg("key"))
+      .def("store_files", [](kiln::Context& c, const std::string& kind, const std::string& key,
+                             const std::vector<std::pair<std::string, py::bytes>>& files, const std::string& label,
+                             const std::string& target, const std::string& toolchain, double compile_ms, kiln::Claim* claim,
+                             bool keep_first) {
+            std::vector<std::pair<std::string, std::string>> contents;
+            for (auto& [name, data] : files) contents.emplace_back(name, std::string(data));
+            kiln::ArtifactInfo info;
+            info.label = label;
+            info.target = target;
+            info.toolchain = toolchain;
+            info.compile_ms = compile_ms;
+            kiln::FileGroup stored;
+            {
+              py::gil_scoped_release release;
+              stored = c.store_files(kind, key, contents, info, claim, keep_first);
+            }
+            return file_group_dict(stored);
+          }, py::arg("kind"), py::arg("key"), py::arg("files"), py::arg("label") = "", py::arg("target") = "",
+          py::arg("toolchain") = "", py::arg("compile_ms") = 0.0, py::arg("claim") = nullptr, py::arg("keep_first") = false);
 }

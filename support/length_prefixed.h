@@ -39,6 +39,14 @@ class FieldReader {
     m_in.remove_prefix(n);
     return true;
   }
+  // The same without a copy: `out` views the input.
+  bool field_view(std::string_view& out) {
+    size_t n = 0;
+    if (!count(n) || n > m_in.size()) return false;
+    out = m_in.substr(0, n);
+    m_in.remove_prefix(n);
+    return true;
+  }
   bool done() const { return m_in.empty(); }
 
  private:

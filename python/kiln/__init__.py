@@ -105,6 +105,11 @@ class Context:
     def native_target(self):
         return self._ctx.native_target
 
+    @property
+    def cache_dir(self):
+        """The cache folder in use; "" when it could not be opened (then nothing is kept)."""
+        return self._ctx.cache_dir
+
     def _wrap(self, native):
         return Op(native, self.accelerator != "cuda", 256)
 
@@ -174,6 +179,25 @@ class Context:
         """A host shared library through kiln's pipeline (kiln::Context::build_library): returns a
         dict with path, key, cache_source, compile_ms, total_ms, log, warnings."""
         return self._ctx.build_library(name, [os.fspath(s) for s in sources], **options)
+
+    # Groups of files another compiler made, kept under the caller's key (kiln::Context::
+    # find_files and the rest; kiln.triton is their user). A group is a dict with key, folder,
+    # files ([(name, path)]: real files, copies of the checked artifact) and cache_source.
+    def find_files(self, kind, key):
+        """The stored group of `kind` ("triton-group") under `key` (text), or None."""
+        return self._ctx.find_files(kind, key)
+
+    def find_or_claim_files(self, kind, key):
+        """(group, None) when stored (perhaps after waiting while another process or node made
+        it), else (None, claim): make it, then store_files(..., claim=claim), or claim.release()."""
+        return self._ctx.find_or_claim_files(kind, key)
+
+    def store_files(self, kind, key, files, label="", target="", toolchain="", compile_ms=0.0, claim=None,
+                    keep_first=False):
+        """Stores [(name, bytes)] as one artifact, publishes it, ends `claim`; keep_first: a group
+        stored already stays and is returned (first writer wins). Returns the stored group."""
+        return self._ctx.store_files(kind, key, [(n, bytes(d)) for n, d in files], label=label, target=target,
+                                     toolchain=toolchain, compile_ms=compile_ms, claim=claim, keep_first=keep_first)
 
 
 _lock = threading.Lock()

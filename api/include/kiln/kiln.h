@@ -22,10 +22,12 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #define KILN_API __attribute__((visibility("default")))
@@ -298,6 +300,62 @@ struct Library {
   size_t precompiled_headers_used = 0;
 };
 
+// ---- Artifacts that another compiler makes, kept by kiln (Triton's kernels: the group of files
+// one compile makes). kiln stores such a group as one artifact of the caller's `kind` under the
+// caller's key (text: whatever decides the files; kiln hashes it with the kind): written whole,
+// checked on every read, published to the remote tiers (signed when the cluster signs) and
+// carried by bundles like every other artifact. Its files are handed out as real files in a
+// folder of their own under the cache, copies of the checked artifact, put there whole (written
+// to a temporary folder, then renamed into place), so no reader sees part of a group or files
+// of two writers mixed.
+//
+// Kinds are lowercase letters, digits and '-' ("triton-group"), none of kiln's own ("cubin",
+// "host-so", ...). File names are plain names (no '/', not "." or "..").
+
+// A stored group's files.
+struct FileGroup {
+  std::string key;     // the artifact key (hex)
+  std::string folder;  // the folder that holds them (not to be written)
+  std::vector<std::pair<std::string, std::string>> files;  // (name, path), as stored
+  std::string cache_source;  // "disk", "remote", or "stored" by store_files
+};
+
+// What an artifact's record says beside its bytes (`kiln cache list/show`).
+struct ArtifactInfo {
+  std::string label;      // what it is ("add_kernel"): the op column
+  std::string target;     // "cuda:sm_90"
+  std::string toolchain;  // what made it ("triton 3.9.0")
+  double compile_ms = 0;  // what making it cost: a hit saves that much
+  std::string log;
+};
+
+// The right to make an artifact no one has yet (Context::find_or_claim_files): while it is held,
+// every other process of this node asking for the key waits (a lock the kernel drops however
+// this process dies), and so does every other node (a lease on the first remote tier that has
+// leases, Redis: renewed while held, it expires `remote.lease` seconds after its holder dies).
+// It ends when the artifact is stored (store_files), when release() is called (the make failed:
+// a waiter then makes it), or when it is destroyed.
+class KILN_API Claim {
+ public:
+  ~Claim();
+  Claim(const Claim&) = delete;
+  Claim& operator=(const Claim&) = delete;
+  // False once released or stored, and when nothing could be taken (a wait timed out; no cache).
+  bool held() const;
+  void release();
+  struct Impl;
+
+ private:
+  friend class Context;
+  explicit Claim(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+struct FilesOrClaim {
+  std::optional<FileGroup> found;  // set: someone made it (perhaps while this call waited)
+  std::unique_ptr<Claim> claim;    // set when not found: make it, then store_files(..., claim)
+};
+
 struct Options {
   // Folders searched for <op>.toml before the bundled specs (then $KILN_SPEC_PATH's).
   std::vector<std::string> spec_dirs;
@@ -317,6 +375,8 @@ class KILN_API Context {
 
   std::string accelerator() const;    // "cpu", "cuda"
   std::string native_target() const;  // what ops build for unless told: "cpu:x86-64-v3"
+  // The cache folder in use; empty when it could not be opened (ops then compile into memory).
+  std::string cache_dir() const;
 
   // The op of that name from the spec folders. Throws Error("not_found") naming the folders
   // searched, or Error("invalid_spec") with the file and line of what is wrong in its spec.
@@ -328,6 +388,20 @@ class KILN_API Context {
   // Builds (or finds in the cache) a host library. Throws Error("compile_error") with the
   // diagnostics, Error("invalid_argument") for a source that cannot be read.
   Library build_library(const LibraryOptions& options);
+
+  // A stored group of files of `kind` under the caller's `key`: this node's cache, then the remote
+  // tiers (a hit there is stored here too); nullopt on a miss. A damaged artifact is a miss (and
+  // removed). Throws Error("invalid_argument") for a bad kind or an empty key.
+  std::optional<FileGroup> find_files(const std::string& kind, const std::string& key);
+  // find_files, and on a miss one make per key across processes and nodes: it waits while
+  // another process or node holds the key's claim, looking again after each wait, and when the
+  // group is still missing returns a Claim for the caller to make it.
+  FilesOrClaim find_or_claim_files(const std::string& kind, const std::string& key);
+  // Stores the group (name, content) as one artifact, publishes it to the writable remote tiers,
+  // then ends `claim` (may be null). keep_first: when the key is stored already, that group
+  // stays and is returned (the first writer wins: autotuning results every rank must share).
+  FileGroup store_files(const std::string& kind, const std::string& key, const std::vector<std::pair<std::string, std::string>>& files,
+                        const ArtifactInfo& info = {}, Claim* claim = nullptr, bool keep_first = false);
 
   // Device memory.
   void* allocate(size_t bytes);
