@@ -330,6 +330,32 @@ struct CudaPass {
 // folder kept out of dependency lists.
 constexpr const char* k_fatbin_path = "/kiln-precompiled/device.fatbin";
 
+// kiln's CUDA compatibility header (cuda_compat_header.inc): what NVIDIA's headers give nvcc and
+// Clang's CUDA headers lack. Where it appears to Clang: in the in-memory file system, in the
+// folder kept out of dependency lists (the toolchain's identity covers its text).
+#include "jit/clang/cuda_compat_header.inc"
+constexpr const char* k_cuda_compat_path = "/kiln-precompiled/kiln_cuda_compat.h";
+
+// What nvcc defines and Clang does not, from the toolkit's version (cuda.h's CUDA_VERSION; cuda.h
+// is among the dependencies of every compile against the toolkit's headers): frameworks choose
+// code by __CUDACC_VER_MAJOR__. Without it DeepSpeed's memory_access_utils.h takes its pre-CUDA-11
+// branch, whose inline PTX lacks a ';' after cvta.to.shared: ptxas then refused the PTX with
+// "Parsing error near 'cvt'" (quantizer, random_ltd, inference_core_ops, transformer_inference).
+const std::vector<std::string>& cuda_version_defines() {
+  static const std::vector<std::string> defines = [] {
+    std::vector<std::string> out;
+    auto headers = cuda_headers_at(cuda_toolkit_root());
+    if (!headers) return out;
+    const std::string& v = headers->version;  // "13.0"
+    size_t dot = v.find('.');
+    if (dot == std::string::npos || dot == 0 || v.find_first_not_of("0123456789.") != std::string::npos) return out;
+    out.push_back("-D__CUDACC_VER_MAJOR__=" + v.substr(0, dot));
+    out.push_back("-D__CUDACC_VER_MINOR__=" + (dot + 1 < v.size() ? v.substr(dot + 1) : std::string("0")));
+    return out;
+  }();
+  return defines;
+}
+
 // "sm_90" -> 90 (a cubin), "compute_90" -> -90 (PTX); 0 for anything else.
 int cuda_arch_code(std::string_view arch) {
   bool ptx = arch.rfind("compute_", 0) == 0;
@@ -358,6 +384,11 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   memory->addFile(source.path, 0, llvm::MemoryBuffer::getMemBufferCopy(source.text, source.path));
   if (!pch.empty()) memory->addFile(k_pch_path, 0, llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(pch.data(), pch.size()), k_pch_path, false));
   const bool device_pass = cuda_pass && cuda_pass->device_sm > 0;
+  const bool cuda_compat = cuda_pass || (request.language == "cuda" && request.cuda_toolkit_headers);
+  if (cuda_compat)
+    memory->addFile(k_cuda_compat_path, 0,
+                    llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(k_cuda_compat_header, sizeof(k_cuda_compat_header) - 1),
+                                                     k_cuda_compat_path, false));
   if (cuda_pass && !device_pass)
     memory->addFile(k_fatbin_path, 0,
                     llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(cuda_pass->fatbin.data(), cuda_pass->fatbin.size()), k_fatbin_path, false));
@@ -413,6 +444,12 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   } else {
     storage = {k_clang_path, "-x", "c++", "-std=c++20", "-O3", "-march=" + march_for(request.target), "-fPIC"};
   }
+  if (request.language == "cuda" || cuda_pass) {
+    const auto& versions = cuda_version_defines();
+    storage.insert(storage.end(), versions.begin(), versions.end());
+  }
+  // After Clang's CUDA wrapper headers, which the driver -includes first.
+  if (cuda_compat) storage.insert(storage.end(), {"-include", k_cuda_compat_path});
   for (auto& dir : request.include_dirs) storage.push_back("-I" + dir);
   for (auto& def : request.defines) storage.push_back("-D" + def);
   for (auto& flag : cuda_pass ? request.cuda_flags : request.flags) storage.push_back(flag);
