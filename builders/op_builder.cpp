@@ -125,11 +125,18 @@ bool is_heavy_cuda_header(std::string_view header) {
   return false;
 }
 
-std::string cuda_toolchain_for(const OpSpec& spec, const std::vector<jit::SourceFile>& sources) {
+static std::string cuda_route_asked(const OpSpec& spec) {
   std::string asked = spec.cuda ? spec.cuda->toolchain : "auto";
   if (const char* env = std::getenv("KILN_CUDA_TOOLCHAIN");
       env && (std::string(env) == "auto" || std::string(env) == "clang" || std::string(env) == "nvrtc"))
     asked = env;
+  return asked;
+}
+
+bool cuda_route_is_auto(const OpSpec& spec) { return cuda_route_asked(spec) == "auto"; }
+
+std::string cuda_toolchain_for(const OpSpec& spec, const std::vector<jit::SourceFile>& sources) {
+  std::string asked = cuda_route_asked(spec);
   if (asked != "auto") return asked;
   for (auto& source : sources)
     for (std::string_view header : jit::angled_includes(source.text))
@@ -267,13 +274,8 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked)
     r.compile.flags = spec.cuda->flags;
     for (auto& e : spec.entries)
       if (!e.instance_for("cuda").empty()) r.compile.name_expressions.push_back(e.instance_for("cuda"));
-    r.cuda_toolchain = cuda_toolchain_for(spec, r.compile.sources);
-    if (r.cuda_toolchain == "clang") {
-      // Kiln's prelude for self-contained kernels (a few ms); the CUDA toolkit's headers, through
-      // Clang's wrapper headers, for a kernel that includes any header in <...>.
-      for (auto& src : r.compile.sources) r.compile.cuda_toolkit_headers = r.compile.cuda_toolkit_headers || jit::has_angled_include(src.text);
-      if (!r.compile.cuda_toolkit_headers) r.compile.include_dirs.push_back(cuda_device_include_dir());
-    }
+    r.cuda_route_auto = cuda_route_is_auto(spec);
+    use_cuda_toolchain(r, cuda_toolchain_for(spec, r.compile.sources));
     if (spec.check) r.kernels.pop_back();
     return r;
   }
@@ -282,6 +284,20 @@ Result<BuildRequest> make_build_request(const OpSpec& spec, const Target& asked)
   r.compile.include_dirs.push_back(cpu_device_include_dir());
   r.compile.flags = spec.flags;
   return r;
+}
+
+void use_cuda_toolchain(BuildRequest& r, const std::string& toolchain) {
+  const std::string prelude_dir = cuda_device_include_dir();
+  if (r.cuda_toolchain == "clang" && !r.compile.cuda_toolkit_headers && !r.compile.include_dirs.empty() &&
+      r.compile.include_dirs.back() == prelude_dir)
+    r.compile.include_dirs.pop_back();
+  r.cuda_toolchain = toolchain;
+  r.compile.cuda_toolkit_headers = false;
+  if (toolchain != "clang") return;
+  // Kiln's prelude for self-contained kernels (a few ms); the CUDA toolkit's headers, through
+  // Clang's wrapper headers, for a kernel that includes any header in <...>.
+  for (auto& src : r.compile.sources) r.compile.cuda_toolkit_headers = r.compile.cuda_toolkit_headers || jit::has_angled_include(src.text);
+  if (!r.compile.cuda_toolkit_headers) r.compile.include_dirs.push_back(prelude_dir);
 }
 
 std::string label_for(const std::string& abs_path, const OpSpec& spec) {

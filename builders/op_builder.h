@@ -26,6 +26,7 @@ struct BuildRequest {
   std::vector<std::string> notes;  // for the person who asked (a raised level)
   jit::CompileRequest compile;                    // sources include the generated entry TU
   std::string cuda_toolchain;                     // cuda targets: "nvrtc" or "clang" (cuda_toolchain_for)
+  bool cuda_route_auto = false;                   // cuda targets: chosen by "auto" (another may be tried)
   std::vector<runtime::KernelSignature> kernels;  // entries, then the check's reference
 };
 
@@ -54,6 +55,13 @@ std::string hip_toolchain_for();
 // Clang toolchain, and NVRTC otherwise. NVRTC parses those headers for about a second in every
 // compile and cannot keep the parse across processes; Clang keeps it as a PCH artifact.
 std::string cuda_toolchain_for(const OpSpec& spec, const std::vector<jit::SourceFile>& sources);
+
+// Points a cuda target's request at `toolchain` ("nvrtc" or "clang"): Clang compiles against the
+// toolkit's headers when a source includes a header in <...>, else against kiln's prelude.
+void use_cuda_toolchain(BuildRequest& request, const std::string& toolchain);
+
+// True when the spec's [cuda] toolchain and $KILN_CUDA_TOOLCHAIN leave the choice to "auto".
+bool cuda_route_is_auto(const OpSpec& spec);
 
 // True for a header in <...> that "auto" compiles through Clang (see cuda_toolchain_for).
 bool is_heavy_cuda_header(std::string_view header);

@@ -395,9 +395,10 @@ void Ops::publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<
   m_remote->publish(std::move(objects), [held]() mutable { held.reset(); });
 }
 
-Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target) {
+Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target, const std::string& cuda_route) {
   Inputs in;
   KILN_ASSIGN_OR_RETURN(in.request, make_build_request(spec, target));
+  if (!cuda_route.empty() && target.backend == "cuda") use_cuda_toolchain(in.request, cuda_route);
   // NVRTC for CUDA unless the op's headers, the op or KILN_CUDA_TOOLCHAIN choose Clang's NVPTX
   // path (cuda_toolchain_for).
   in.nvrtc = target.backend == "cuda" && in.request.cuda_toolchain == "nvrtc";
@@ -423,12 +424,80 @@ Result<std::optional<cache::ArtifactRecord>> Ops::cached_record(const OpSpec& sp
   return m_store->record(*key);
 }
 
+Hash128 Ops::failed_route_note(const Hash128& input_key) { return xxh3_128("kiln: this route failed for input key " + input_key.hex()); }
+
+bool Ops::route_failed_before(const Hash128& input_key) {
+  {
+    std::lock_guard lock(m_routes_mutex);
+    if (m_failed_routes.count(input_key)) return true;
+  }
+  if (!m_store) return false;
+  auto note = m_store->get_manifest(failed_route_note(input_key));
+  if (!note.ok() || !note->has_value()) return false;
+  std::lock_guard lock(m_routes_mutex);
+  m_failed_routes.insert(input_key);
+  return true;
+}
+
+void Ops::remember_failed_route(const Hash128& input_key, const std::string& why) {
+  {
+    std::lock_guard lock(m_routes_mutex);
+    m_failed_routes.insert(input_key);
+  }
+  if (m_store) (void)m_store->put_manifest(failed_route_note(input_key), why);
+}
+
+// The first diagnostic that is an error, as a compiler prints it (for a log line).
+static std::string first_error(const BuildOutcome& out) {
+  for (auto& d : out.diagnostics)
+    if (d.severity == jit::Diagnostic::Severity::kError || d.severity == jit::Diagnostic::Severity::kFatal) return d.to_string();
+  return out.diagnostics.empty() ? "no diagnostic" : out.diagnostics.front().to_string();
+}
+
+// The default CUDA route ("auto") never gives up on a kernel while another route can compile
+// it: Clang's NVPTX path where NVRTC cannot (it has no C++ standard library: <cstdint>), NVRTC
+// where Clang cannot (C++ it rejects, headers it lacks). The artifact is stored under the key of
+// the route that made it. That the first route failed for these inputs is remembered (in the
+// store, and in this process), so the next build goes straight to the route that works.
 Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
+  KILN_ASSIGN_OR_RETURN(Inputs first, inputs_for(spec, target));
+  if (target.backend != "cuda" || !first.request.cuda_route_auto) return build_route(spec, target, std::move(first));
+  const Hash128 first_key = first.key.key;
+  const std::string chosen = first.request.cuda_toolchain;
+  const std::string other = chosen == "nvrtc" ? "clang" : "nvrtc";
+  // Asked only once the first route failed: a hit must not load a compiler.
+  auto other_present = [&] { return other == "clang" ? jit::clang_toolchain_present() : jit::load_nvrtc_toolchain().ok(); };
+  auto through_other = [&]() -> Result<BuildOutcome> {
+    KILN_ASSIGN_OR_RETURN(Inputs in, inputs_for(spec, target, other));
+    return build_route(spec, target, std::move(in));
+  };
+  if (route_failed_before(first_key) && other_present()) {
+    KILN_LOG_AT(kDebug, "compile", "op " + spec.name + " for " + target.str() + ": the " + chosen +
+                                       " route failed for these inputs before; compiling through " + other);
+    auto again = through_other();
+    if (again.ok() && again->success) {
+      again->fallback_from = chosen;
+      return again;
+    }
+    KILN_ASSIGN_OR_RETURN(first, inputs_for(spec, target));
+  }
+  auto out = build_route(spec, target, std::move(first));
+  if (!out.ok() || out->success || !other_present()) return out;
+  KILN_LOG_AT(kDebug, "compile", "op " + spec.name + " for " + target.str() + ": the " + chosen + " route failed (" +
+                                     first_error(*out) + "); trying " + other);
+  auto second = through_other();
+  if (!second.ok() || !second->success) return out;  // the first choice's diagnostics
+  second->fallback_from = chosen;
+  remember_failed_route(first_key, chosen + " failed: " + first_error(*out) + "\n");
+  return second;
+}
+
+Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, Inputs in) {
   auto start = std::chrono::steady_clock::now();
   BuildOutcome out;
   out.op = spec.name;
   out.target = target.str();
-  KILN_ASSIGN_OR_RETURN(Inputs in, inputs_for(spec, target));
+  if (target.backend == "cuda") out.route = in.request.cuda_toolchain;
   out.target = in.request.target.str();
   out.warnings = in.request.notes;
   BuildRequest& request = in.request;

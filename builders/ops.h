@@ -59,6 +59,10 @@ struct BuildOutcome {
   // On a compile, how many headers the compiler parsed itself rather than read from a PCH (0:
   // every header came from one); empty when the toolchain does not say (NVRTC).
   std::optional<size_t> headers_parsed;
+  // CUDA targets: the route that made the artifact ("nvrtc" or "clang"), and, when the default
+  // route ("auto") compiled it another way because its first choice failed, that first choice.
+  std::string route;
+  std::string fallback_from;
   std::string kind;
   std::string artifact;  // the bytes (empty after load)
   std::vector<runtime::KernelSignature> kernels;
@@ -248,7 +252,15 @@ class Ops {
     std::string identity;
     KeyParts key;
   };
-  Result<Inputs> inputs_for(const OpSpec& spec, const Target& target);
+  // `cuda_route` ("nvrtc" or "clang"), when not empty, replaces the route "auto" chose.
+  Result<Inputs> inputs_for(const OpSpec& spec, const Target& target, const std::string& cuda_route = "");
+  // build() of what inputs_for made (for a cuda target: through the route it names).
+  Result<BuildOutcome> build_route(const OpSpec& spec, const Target& target, Inputs in);
+  // Where the fact that a route failed for some inputs is kept (the store's manifests, under a
+  // key derived from the failed route's input key), and this process's memory of it.
+  static Hash128 failed_route_note(const Hash128& input_key);
+  bool route_failed_before(const Hash128& input_key);
+  void remember_failed_route(const Hash128& input_key, const std::string& why);
 
   struct Slot {
     std::mutex mutex;  // held by the one thread that builds; others wait on it
@@ -274,6 +286,8 @@ class Ops {
   std::atomic<uint64_t> m_memory_hits{0};  // written to the store's counters on destruction
   std::mutex m_warn_mutex;
   std::set<std::string> m_warned;
+  std::mutex m_routes_mutex;
+  std::set<Hash128> m_failed_routes;  // input keys whose compile failed where another route did not
 };
 
 }  // namespace kiln::builders

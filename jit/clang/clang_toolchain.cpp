@@ -1,8 +1,9 @@
 // The in-process Clang toolchain: C++ kernel sources -> object code (Clang, LLVM 22) ->
 // a shared object (lld), all inside the calling process; no compiler or linker is started.
 //
-// This file is the only one in kiln that includes Clang, LLVM or lld headers; it is built
-// into libkiln_jit_clang.so, which builders load on the first cache miss.
+// This file and the stages split out beside it (diagnostics.h, dependencies.h,
+// frontend_actions.h, cuda_compat.h: headers included only here, so still one translation unit)
+// are built into libkiln_jit_clang.so, which builders load on the first cache miss.
 //
 // The pipeline follows TOOLCHAIN-FACTS.md: an in-memory copy of each source overlaid on the
 // real file system -> clang::driver::Driver builds the job list (no subprocess) -> the
@@ -66,6 +67,10 @@
 #include <llvm/Support/VirtualFileSystem.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include "jit/clang/cuda_compat.h"
+#include "jit/clang/dependencies.h"
+#include "jit/clang/diagnostics.h"
+#include "jit/clang/frontend_actions.h"
 #include "jit/nvrtc/nvjitlink.h"
 #include "jit/spirv/spirv_validate.h"
 #include "jit/toolchain.h"
@@ -85,109 +90,6 @@ namespace {
 // given (clang_driver_path(): the wheel's bundled prefix, else the system's LLVM); nothing is ever
 // executed from it.
 constexpr const char* k_host_triple = "x86_64-pc-linux-gnu";
-
-Diagnostic::Severity severity_of(clang::DiagnosticsEngine::Level level) {
-  switch (level) {
-    case clang::DiagnosticsEngine::Note:
-    case clang::DiagnosticsEngine::Remark: return Diagnostic::Severity::kNote;
-    case clang::DiagnosticsEngine::Warning: return Diagnostic::Severity::kWarning;
-    case clang::DiagnosticsEngine::Fatal: return Diagnostic::Severity::kFatal;
-    default: return Diagnostic::Severity::kError;
-  }
-}
-
-// Keeps every diagnostic as data and, through a TextDiagnosticPrinter, as the text a
-// compiler would have printed (with the source line and caret) for the log.
-class CollectingConsumer final : public clang::DiagnosticConsumer {
- public:
-  explicit CollectingConsumer(clang::DiagnosticOptions& options) : m_stream(m_text), m_printer(m_stream, options) {}
-
-  void BeginSourceFile(const clang::LangOptions& lang, const clang::Preprocessor* pp) override {
-    m_printer.BeginSourceFile(lang, pp);
-  }
-  void EndSourceFile() override { m_printer.EndSourceFile(); }
-
-  void HandleDiagnostic(clang::DiagnosticsEngine::Level level, const clang::Diagnostic& info) override {
-    clang::DiagnosticConsumer::HandleDiagnostic(level, info);
-    m_printer.HandleDiagnostic(level, info);
-    if (level == clang::DiagnosticsEngine::Ignored) return;
-    Diagnostic d;
-    d.severity = severity_of(level);
-    llvm::SmallString<256> message;
-    info.FormatDiagnostic(message);
-    d.message = std::string(message.str());
-    if (info.getLocation().isValid() && info.hasSourceManager()) {
-      clang::PresumedLoc loc = info.getSourceManager().getPresumedLoc(info.getLocation());
-      if (loc.isValid()) {
-        d.file = loc.getFilename();
-        d.line = loc.getLine();
-        d.column = loc.getColumn();
-      }
-    }
-    m_diagnostics.push_back(std::move(d));
-  }
-
-  std::vector<Diagnostic> take_diagnostics() { return std::move(m_diagnostics); }
-  // An error of kiln's own (no source location), in the data and the text.
-  void add_error(const std::string& message) {
-    m_diagnostics.push_back({Diagnostic::Severity::kError, "", 0, 0, message});
-    m_stream << "error: " << message << "\n";
-  }
-  // What another consumer collected (one per thread), after what this one has.
-  void absorb(CollectingConsumer& other) {
-    for (auto& d : other.take_diagnostics()) m_diagnostics.push_back(std::move(d));
-    m_stream << other.text();
-  }
-  std::string text() {
-    m_stream.flush();
-    return m_text;
-  }
-
- private:
-  std::string m_text;
-  llvm::raw_string_ostream m_stream;
-  clang::TextDiagnosticPrinter m_printer;
-  std::vector<Diagnostic> m_diagnostics;
-};
-
-// Records every file the preprocessor entered, system headers included: all of them can
-// change the artifact, so all of them enter the cache key. An #include that found nothing is
-// kept apart: it is not a file to hash, but it keeps a failure out of the cache.
-class AllDependencies final : public clang::DependencyCollector {
- public:
-  bool needSystemDependencies() override { return true; }
-  bool sawDependency(llvm::StringRef file, bool from_module, bool is_system, bool is_module_file, bool is_missing) override {
-    if (is_missing) {
-      m_missing.push_back(file.str());
-      return false;
-    }
-    return DependencyCollector::sawDependency(file, from_module, is_system, is_module_file, is_missing);
-  }
-  void attachToPreprocessor(clang::Preprocessor& pp) override {
-    DependencyCollector::attachToPreprocessor(pp);
-    pp.addPPCallbacks(std::make_unique<CountEntered>(pp.getSourceManager(), m_entered));
-  }
-  const std::vector<std::string>& missing() const { return m_missing; }
-  // The files the preprocessor entered and read itself: not those a precompiled header stood
-  // for, nor those an include guard let it skip (both still dependencies).
-  const std::set<std::string>& entered() const { return m_entered; }
-
- private:
-  class CountEntered final : public clang::PPCallbacks {
-   public:
-    CountEntered(const clang::SourceManager& sm, std::set<std::string>& entered) : m_sm(sm), m_entered(entered) {}
-    void FileChanged(clang::SourceLocation loc, FileChangeReason reason, clang::SrcMgr::CharacteristicKind, clang::FileID) override {
-      if (reason != EnterFile) return;
-      if (auto file = m_sm.getFileEntryRefForID(m_sm.getFileID(m_sm.getExpansionLoc(loc)))) m_entered.insert(file->getName().str());
-    }
-
-   private:
-    const clang::SourceManager& m_sm;
-    std::set<std::string>& m_entered;
-  };
-  std::vector<std::string> m_missing;
-  std::set<std::string> m_entered;
-};
 
 std::string march_for(const std::string& target) {
   // "cpu:x86-64-v3" -> "x86-64-v3"; the target was validated by builders.
@@ -217,103 +119,6 @@ struct ModuleOut {
   std::string triple, cpu;
   std::vector<std::string> features;
   std::shared_ptr<clang::CompilerInvocation> invocation;  // what made it: its code generation options
-};
-
-// A consumer that sees Sema at the end of a PCH's prefix, before the PCH writer (the next
-// consumer) writes what Sema holds: what it changes there is what the PCH keeps.
-class BeforePchWriter : public clang::SemaConsumer {
- public:
-  void InitializeSema(clang::Sema& sema) override { m_sema = &sema; }
-  void ForgetSema() override { m_sema = nullptr; }
-
- protected:
-  clang::Sema* m_sema = nullptr;
-};
-
-// Clang's PCH action with `Prepare` (a BeforePchWriter) ahead of its writer.
-template <typename Prepare>
-class GeneratePchAfter final : public clang::GeneratePCHAction {
-  std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance& ci, llvm::StringRef in_file) override {
-    auto writer = GeneratePCHAction::CreateASTConsumer(ci, in_file);
-    if (!writer) return nullptr;
-    std::vector<std::unique_ptr<clang::ASTConsumer>> consumers;
-    consumers.push_back(std::make_unique<Prepare>());
-    consumers.push_back(std::move(writer));
-    return std::make_unique<clang::MultiplexConsumer>(std::move(consumers));
-  }
-};
-
-// For CUDA: without two lists of its headers' declarations that every compile using the PCH
-// reads whole at its end, deserializing each: the functions Clang checks for "deferred
-// diagnostics" (errors that count only in code generated for the device), 40% of reduce_sum's
-// compile with CUB's PCH (perf, clang++-22 -include-pch, this machine), and the unused static
-// functions and variables it would warn about, 11% of what was left. Neither finds anything in a
-// PCH's headers: a PCH does not carry their deferred diagnostics (a __host__ __device__ header
-// function that calls a host function is an error without a PCH and none with one, list or not:
-// checked with clang++-22 -emit-pch), and the toolkit's headers are system headers, whose unused
-// declarations Clang does not warn about. What the compile itself defines and instantiates is
-// still checked.
-class ForgetEndOfUnitChecks final : public BeforePchWriter {
- public:
-  void HandleTranslationUnit(clang::ASTContext&) override {
-    if (!m_sema) return;
-    m_sema->DeclsToCheckForDeferredDiags.clear();
-    m_sema->UnusedFileScopedDecls.erase(m_sema->UnusedFileScopedDecls.begin(nullptr, /*LocalOnly=*/true),
-                                        m_sema->UnusedFileScopedDecls.end());
-  }
-};
-
-// For C++: with what the vtables its headers use need. Clang instantiates a PCH's pending
-// templates at its end (PCHInstantiateTemplates), but not the virtual members of the class
-// templates whose vtables the headers use: those are found by DefineUsedVTables at the end of
-// each compile that uses the PCH, and instantiated there, every time. With torch/extension.h
-// that is ~2,200 functions (torch::nn's modules' clone and pretty_print, what they call): 1.15 s
-// of a 1.8 s compile of a source that uses nothing of torch (-ftime-trace, clang++-22, torch
-// 1.13, this machine). Here they are instantiated once, in the PCH. The vtable uses themselves
-// stay in the PCH, with those found meanwhile, in the order found: each compile still emits the
-// vtables (linkonce_odr, as without a PCH), now from definitions it reads instead of making them.
-class DefineUsedVTables final : public BeforePchWriter {
- public:
-  void HandleVTable(clang::CXXRecordDecl* record) override {
-    if (m_collecting && m_seen.insert(record).second) m_found.push_back(record);
-  }
-  void HandleTranslationUnit(clang::ASTContext&) override {
-    if (!m_sema || m_sema->getDiagnostics().hasErrorOccurred()) return;
-    std::vector<clang::Sema::VTableUse> uses(m_sema->VTableUses.begin(), m_sema->VTableUses.end());
-    for (auto& [record, where] : uses) m_seen.insert(record);
-    m_collecting = true;
-    // Sema closed the unit's scope at the end of the prefix; instantiating can still declare
-    // builtins in it (LazilyCreateBuiltin), so it gets one for the while.
-    clang::Scope scope(nullptr, clang::Scope::DeclScope, m_sema->getDiagnostics());
-    scope.setEntity(m_sema->getASTContext().getTranslationUnitDecl());
-    m_sema->TUScope = &scope;
-    // As the end of a compile does it: vtables, then what they made pending, until no vtable
-    // is left. (Instantiations whose template has no definition yet stay pending, for the
-    // compiles that may define it: PerformPendingInstantiations leaves them in the list.)
-    while (m_sema->DefineUsedVTables()) m_sema->PerformPendingInstantiations();
-    m_sema->TUScope = nullptr;
-    m_collecting = false;
-    for (auto* record : m_found) uses.emplace_back(record, record->getLocation());
-    m_sema->VTableUses.assign(uses.begin(), uses.end());
-  }
-
- private:
-  bool m_collecting = false;
-  std::vector<clang::CXXRecordDecl*> m_found;
-  std::set<clang::CXXRecordDecl*> m_seen;
-};
-
-// -E into a stream of ours (Clang's own action writes to the output file).
-class PreprocessInto final : public clang::PreprocessorFrontendAction {
- public:
-  explicit PreprocessInto(llvm::raw_ostream& out) : m_out(out) {}
-
- private:
-  void ExecuteAction() override {
-    clang::CompilerInstance& ci = getCompilerInstance();
-    clang::DoPrintPreprocessedInput(ci.getPreprocessor(), &m_out, ci.getPreprocessorOutputOpts());
-  }
-  llvm::raw_ostream& m_out;
 };
 
 // A host library's CUDA source compiles in passes (kiln's in-process stand-in for what nvcc or
@@ -358,6 +163,11 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   memory->addFile(source.path, 0, llvm::MemoryBuffer::getMemBufferCopy(source.text, source.path));
   if (!pch.empty()) memory->addFile(k_pch_path, 0, llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(pch.data(), pch.size()), k_pch_path, false));
   const bool device_pass = cuda_pass && cuda_pass->device_sm > 0;
+  const bool cuda_compat = cuda_pass || (request.language == "cuda" && request.cuda_toolkit_headers);
+  if (cuda_compat)
+    memory->addFile(k_cuda_compat_path, 0,
+                    llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(k_cuda_compat_header, sizeof(k_cuda_compat_header) - 1),
+                                                     k_cuda_compat_path, false));
   if (cuda_pass && !device_pass)
     memory->addFile(k_fatbin_path, 0,
                     llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(cuda_pass->fatbin.data(), cuda_pass->fatbin.size()), k_fatbin_path, false));
@@ -413,6 +223,12 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   } else {
     storage = {clang_driver_path().c_str(), "-x", "c++", "-std=c++20", "-O3", "-march=" + march_for(request.target), "-fPIC"};
   }
+  if (request.language == "cuda" || cuda_pass) {
+    const auto& versions = cuda_version_defines();
+    storage.insert(storage.end(), versions.begin(), versions.end());
+  }
+  // After Clang's CUDA wrapper headers, which the driver -includes first.
+  if (cuda_compat) storage.insert(storage.end(), {"-include", k_cuda_compat_path});
   for (auto& dir : request.include_dirs) storage.push_back("-I" + dir);
   for (auto& def : request.defines) storage.push_back("-D" + def);
   for (auto& flag : cuda_pass ? request.cuda_flags : request.flags) storage.push_back(flag);
@@ -766,14 +582,6 @@ void append_entry_references(SourceFile& first, const std::vector<std::string>& 
   if (!name_expressions.empty()) first.text += "\n#line 1 \"kiln: entry points (generated)\"";
   for (size_t i = 0; i < name_expressions.size(); ++i)
     first.text += "\n__attribute__((device)) void* " + entry_reference(i) + " = (void*)&" + name_expressions[i] + ";\n";
-}
-
-// The compiler's diagnostics first, then those kiln added (linking, validation); and its log.
-void collect_diagnostics(CollectingConsumer& consumer, CompileResult& result) {
-  std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
-  diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
-  result.diagnostics = std::move(diagnostics);
-  result.log = consumer.text();
 }
 
 double ms_since(std::chrono::steady_clock::time_point start) {

@@ -130,6 +130,14 @@ def _jit_load(builder, verbose: bool = True):
     in place of torch.utils.cpp_extension.load and without its ninja check (kiln runs no build
     tool). Memoises the module."""
     name = _op_name(builder)
+    # DeepSpeed's jit_load imports torch.utils.cpp_extension (verify_ninja_availability, load)
+    # before it asks the builder for anything, and builders rely on it: DeepCompileBuilder's
+    # include_paths() reads torch.utils.cpp_extension.CUDA_HOME after a bare `import torch`, which
+    # does not import that submodule.
+    try:
+        import torch.utils.cpp_extension  # noqa: F401
+    except ImportError:
+        pass
     is_compatible = getattr(builder, "is_compatible", None)
     if callable(is_compatible) and not is_compatible(verbose):
         reason = getattr(builder, "error_log", None)

@@ -123,7 +123,9 @@ def test_load_inline_cuda_sources_with_nvcc_flags(tmp_path):
           int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
           if (i < n) p[i] = __expf(p[i]) * 2.0f;
         }
-        void twice_launch(float* p, int64_t n) { twice_kernel<<<(n + 127) / 128, 128>>>(p, n); }
+        // max in host code: nvcc's math_functions.hpp makes it __host__ __device__, Clang's headers
+        // device-only (kiln's compatibility header gives the host ones).
+        void twice_launch(float* p, int64_t n) { twice_kernel<<<max((n + 127) / 128, (int64_t)1), 128>>>(p, n); }
     """
     with pytest.warns(UserWarning, match="-Xptxas=-v dropped"):
         ext = kiln.torch.load_inline(name="kiln_cuda_inline", cpp_sources=cpp, cuda_sources=cu, functions=["twice"],

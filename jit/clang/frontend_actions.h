@@ -1,0 +1,121 @@
+// The in-process Clang toolchain's frontend actions beyond Clang's own: the precompiled-header
+// actions (what a PCH keeps for CUDA and for C++) and preprocessing into a stream of kiln's.
+// Private to jit/clang/clang_toolchain.cpp (included once, inside its translation unit).
+#pragma once
+
+#include <memory>
+#include <set>
+#include <vector>
+
+#include <clang/Frontend/CompilerInstance.h>
+#include <clang/Frontend/FrontendActions.h>
+#include <clang/Frontend/MultiplexConsumer.h>
+#include <clang/Frontend/Utils.h>
+#include <clang/Lex/Preprocessor.h>
+#include <clang/Lex/PreprocessorOptions.h>
+#include <clang/Sema/Scope.h>
+#include <clang/Sema/Sema.h>
+#include <clang/Sema/SemaConsumer.h>
+
+namespace kiln::jit {
+namespace {
+
+// A consumer that sees Sema at the end of a PCH's prefix, before the PCH writer (the next
+// consumer) writes what Sema holds: what it changes there is what the PCH keeps.
+class BeforePchWriter : public clang::SemaConsumer {
+ public:
+  void InitializeSema(clang::Sema& sema) override { m_sema = &sema; }
+  void ForgetSema() override { m_sema = nullptr; }
+
+ protected:
+  clang::Sema* m_sema = nullptr;
+};
+
+// Clang's PCH action with `Prepare` (a BeforePchWriter) ahead of its writer.
+template <typename Prepare>
+class GeneratePchAfter final : public clang::GeneratePCHAction {
+  std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance& ci, llvm::StringRef in_file) override {
+    auto writer = GeneratePCHAction::CreateASTConsumer(ci, in_file);
+    if (!writer) return nullptr;
+    std::vector<std::unique_ptr<clang::ASTConsumer>> consumers;
+    consumers.push_back(std::make_unique<Prepare>());
+    consumers.push_back(std::move(writer));
+    return std::make_unique<clang::MultiplexConsumer>(std::move(consumers));
+  }
+};
+
+// For CUDA: without two lists of its headers' declarations that every compile using the PCH
+// reads whole at its end, deserializing each: the functions Clang checks for "deferred
+// diagnostics" (errors that count only in code generated for the device), 40% of reduce_sum's
+// compile with CUB's PCH (perf, clang++-22 -include-pch, this machine), and the unused static
+// functions and variables it would warn about, 11% of what was left. Neither finds anything in a
+// PCH's headers: a PCH does not carry their deferred diagnostics (a __host__ __device__ header
+// function that calls a host function is an error without a PCH and none with one, list or not:
+// checked with clang++-22 -emit-pch), and the toolkit's headers are system headers, whose unused
+// declarations Clang does not warn about. What the compile itself defines and instantiates is
+// still checked.
+class ForgetEndOfUnitChecks final : public BeforePchWriter {
+ public:
+  void HandleTranslationUnit(clang::ASTContext&) override {
+    if (!m_sema) return;
+    m_sema->DeclsToCheckForDeferredDiags.clear();
+    m_sema->UnusedFileScopedDecls.erase(m_sema->UnusedFileScopedDecls.begin(nullptr, /*LocalOnly=*/true),
+                                        m_sema->UnusedFileScopedDecls.end());
+  }
+};
+
+// For C++: with what the vtables its headers use need. Clang instantiates a PCH's pending
+// templates at its end (PCHInstantiateTemplates), but not the virtual members of the class
+// templates whose vtables the headers use: those are found by DefineUsedVTables at the end of
+// each compile that uses the PCH, and instantiated there, every time. With torch/extension.h
+// that is ~2,200 functions (torch::nn's modules' clone and pretty_print, what they call): 1.15 s
+// of a 1.8 s compile of a source that uses nothing of torch (-ftime-trace, clang++-22, torch
+// 1.13, this machine). Here they are instantiated once, in the PCH. The vtable uses themselves
+// stay in the PCH, with those found meanwhile, in the order found: each compile still emits the
+// vtables (linkonce_odr, as without a PCH), now from definitions it reads instead of making them.
+class DefineUsedVTables final : public BeforePchWriter {
+ public:
+  void HandleVTable(clang::CXXRecordDecl* record) override {
+    if (m_collecting && m_seen.insert(record).second) m_found.push_back(record);
+  }
+  void HandleTranslationUnit(clang::ASTContext&) override {
+    if (!m_sema || m_sema->getDiagnostics().hasErrorOccurred()) return;
+    std::vector<clang::Sema::VTableUse> uses(m_sema->VTableUses.begin(), m_sema->VTableUses.end());
+    for (auto& [record, where] : uses) m_seen.insert(record);
+    m_collecting = true;
+    // Sema closed the unit's scope at the end of the prefix; instantiating can still declare
+    // builtins in it (LazilyCreateBuiltin), so it gets one for the while.
+    clang::Scope scope(nullptr, clang::Scope::DeclScope, m_sema->getDiagnostics());
+    scope.setEntity(m_sema->getASTContext().getTranslationUnitDecl());
+    m_sema->TUScope = &scope;
+    // As the end of a compile does it: vtables, then what they made pending, until no vtable
+    // is left. (Instantiations whose template has no definition yet stay pending, for the
+    // compiles that may define it: PerformPendingInstantiations leaves them in the list.)
+    while (m_sema->DefineUsedVTables()) m_sema->PerformPendingInstantiations();
+    m_sema->TUScope = nullptr;
+    m_collecting = false;
+    for (auto* record : m_found) uses.emplace_back(record, record->getLocation());
+    m_sema->VTableUses.assign(uses.begin(), uses.end());
+  }
+
+ private:
+  bool m_collecting = false;
+  std::vector<clang::CXXRecordDecl*> m_found;
+  std::set<clang::CXXRecordDecl*> m_seen;
+};
+
+// -E into a stream of ours (Clang's own action writes to the output file).
+class PreprocessInto final : public clang::PreprocessorFrontendAction {
+ public:
+  explicit PreprocessInto(llvm::raw_ostream& out) : m_out(out) {}
+
+ private:
+  void ExecuteAction() override {
+    clang::CompilerInstance& ci = getCompilerInstance();
+    clang::DoPrintPreprocessedInput(ci.getPreprocessor(), &m_out, ci.getPreprocessorOutputOpts());
+  }
+  llvm::raw_ostream& m_out;
+};
+
+}  // namespace
+}  // namespace kiln::jit
