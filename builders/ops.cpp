@@ -763,15 +763,20 @@ std::optional<cache::MappedArtifact> Ops::remote_lookup_external(const Hash128& 
   return got;
 }
 
-Result<std::optional<cache::MappedArtifact>> Ops::find_external(const Hash128& key, CacheOutcome* source) {
-  if (!m_store) return std::optional<cache::MappedArtifact>();
+Result<std::optional<cache::MappedArtifact>> Ops::local_external(const Hash128& key, CacheOutcome* source) {
   KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> hit, m_store->map(key));
   if (hit) {
     if (source) *source = CacheOutcome::kDisk;
     m_store->count(cache::Counter::kHitsDisk);
     m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(hit->record.compile_ms * 1000));
-    return hit;
   }
+  return hit;
+}
+
+Result<std::optional<cache::MappedArtifact>> Ops::find_external(const Hash128& key, CacheOutcome* source) {
+  if (!m_store) return std::optional<cache::MappedArtifact>();
+  KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> hit, local_external(key, source));
+  if (hit) return hit;
   cache::RemoteTiers* tiers = remote();
   if (!tiers) return std::optional<cache::MappedArtifact>();
   std::optional<cache::MappedArtifact> got = remote_lookup_external(key, *tiers);
@@ -784,11 +789,9 @@ Result<std::optional<cache::MappedArtifact>> Ops::find_or_claim_external(const H
   KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> found, find_external(key, source));
   if (found || !m_store) return found;
   auto look = [&] {
-    auto hit = m_store->map(key);
+    auto hit = local_external(key, source);
     if (!hit.ok() || !hit->has_value()) return false;
     found = std::move(**hit);
-    if (source) *source = CacheOutcome::kDisk;
-    m_store->count(cache::Counter::kHitsDisk);
     return true;
   };
   auto look_remote = [&](cache::RemoteTiers& r) {

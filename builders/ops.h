@@ -236,6 +236,8 @@ class Ops {
   // or waited too long): compile.
   bool wait_for_cluster(const Hash128& key, const std::string& what, const std::function<bool(cache::RemoteTiers&)>& look_remote,
                         cache::RemoteTiers& remote, std::unique_ptr<cache::RemoteTiers::Lease>& lease);
+  // An external artifact in the local store, counted as a disk hit.
+  Result<std::optional<cache::MappedArtifact>> local_external(const Hash128& key, CacheOutcome* source);
   // An external artifact from the remote tiers, checked and stored here; nullopt on a miss.
   std::optional<cache::MappedArtifact> remote_lookup_external(const Hash128& key, cache::RemoteTiers& remote);
   // Queues the stored artifact and its manifest (none for an external one: key == input key)

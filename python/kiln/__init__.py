@@ -229,12 +229,15 @@ class _OpByDevice:
     best accelerator is a GPU. Arguments with no device (numbers only) go to the best accelerator
     here. An explicit target pins the op to that target's Context, as Context.op does."""
 
-    __slots__ = ("_make", "_ops", "_last")
+    __slots__ = ("_make", "_ops", "_last", "_best")
 
     def __init__(self, make):
         self._make = make  # accelerator name -> Op
         self._ops = {}
         self._last = None
+        # Read once: a call looks in _ops only, with no lock (the shared Context of the best
+        # accelerator serves that accelerator's arguments too).
+        self._best = context().accelerator
 
     @staticmethod
     def _device_of(args):
@@ -248,8 +251,8 @@ class _OpByDevice:
         return ""
 
     def _op(self, accelerator):
-        if accelerator and accelerator == context().accelerator:
-            accelerator = ""  # the best Context here is that accelerator's already: share it
+        if accelerator == self._best:
+            accelerator = ""
         found = self._ops.get(accelerator)
         if found is None:
             found = self._ops[accelerator] = self._make(accelerator)

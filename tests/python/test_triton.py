@@ -129,21 +129,27 @@ def test_without_triton_install_says_so_once_and_changes_nothing():
     assert count == "1" and "Triton is not installed" in message
 
 
-@needs_triton
-def test_a_triton_kiln_cannot_serve_is_said_once_and_triton_keeps_its_own_cache(tmp_path):
-    # As if this Triton were newer than kiln speaks: kiln's manager is then Triton's own.
+def compile_with_kiln_refused(tmp_path, patch, installed):
+    """add and softmax compiled in a child after `patch` made kiln.triton refuse this Triton:
+    {compiles, hits, ..., said: kiln.triton's warnings}."""
     done = run_python("""
         import json, warnings, kiln.triton
-        kiln.triton._LAST = (3, 0)
+        %s
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            assert kiln.triton.install() is False
+            assert kiln.triton.install() is %s
             import triton_kernels
             r = triton_kernels.compile_kernels(["add", "softmax"])
         said = [str(x.message) for x in w if "kiln.triton" in str(x.message)]
         print("RESULT " + json.dumps(dict(r, said=said)))
-    """, env=triton_env(tmp_path / "kiln", tmp_path))
-    r = result_of(done)
+    """ % (patch, installed), env=triton_env(tmp_path / "kiln", tmp_path))
+    return result_of(done)
+
+
+@needs_triton
+def test_a_triton_kiln_cannot_serve_is_said_once_and_triton_keeps_its_own_cache(tmp_path):
+    # As if this Triton were newer than kiln speaks: kiln's manager is then Triton's own.
+    r = compile_with_kiln_refused(tmp_path, "kiln.triton._LAST = (3, 0)", installed=False)
     assert r["compiles"] == 2
     assert len(r["said"]) == 1 and "newer than 3.0" in r["said"][0], r["said"]
     assert blobs(tmp_path / "kiln") == []
@@ -471,18 +477,8 @@ def test_a_kiln_cache_that_cannot_be_opened_is_said_once_and_triton_keeps_its_ow
 @needs_triton
 def test_a_triton_whose_cache_interface_differs_is_said_once_and_keeps_its_own_cache(tmp_path):
     # As if this Triton's CacheManager had another abstract method: found when Triton first asks.
-    done = run_python("""
-        import json, warnings, kiln.triton
-        kiln.triton._INTERFACE = kiln.triton._INTERFACE | {"evict"}
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            assert kiln.triton.install() is True  # the version is one kiln speaks
-            import triton_kernels
-            r = triton_kernels.compile_kernels(["add", "softmax"])
-        said = [str(x.message) for x in w if "kiln.triton" in str(x.message)]
-        print("RESULT " + json.dumps(dict(r, said=said)))
-    """, env=triton_env(tmp_path / "kiln", tmp_path))
-    r = result_of(done)
+    # install() is True: the version is one kiln speaks.
+    r = compile_with_kiln_refused(tmp_path, 'kiln.triton._INTERFACE = kiln.triton._INTERFACE | {"evict"}', installed=True)
     assert r["compiles"] == 2
     assert len(r["said"]) == 1 and "interface is not the one kiln speaks" in r["said"][0], r["said"]
     assert blobs(tmp_path / "kiln") == []
