@@ -6,6 +6,8 @@ namespace kiln::backends::cpu {
 
 // ---- events
 
+CpuEvent::~CpuEvent() { std::lock_guard lock(m_mutex); }
+
 bool CpuEvent::query() {
   std::lock_guard lock(m_mutex);
   return m_completed >= m_recorded;
@@ -46,11 +48,12 @@ uint64_t CpuEvent::last_recorded() {
   return m_recorded;
 }
 
-void CpuEvent::complete(uint64_t ticket) {
+void CpuEvent::complete(uint64_t ticket, std::atomic<uint64_t>* finished, uint64_t finished_value) {
   // Notify under the lock: a waiter that sees the completion may destroy the event as soon
   // as it returns, so nothing here may touch the event after the lock is released.
   std::lock_guard lock(m_mutex);
   if (ticket > m_completed) m_completed = ticket;
+  if (finished) finished->store(finished_value);
   m_completed_at = std::chrono::steady_clock::now();
   m_cv.notify_all();
 }
@@ -130,7 +133,9 @@ void CpuStream::serve() {
     void* params[k_max_params];
     if (c.op == Op::kLaunch)
       for (size_t i = 0; i < c.num_params; ++i) params[i] = c.arg_bytes.data() + c.offsets[i];
+    m_executing = head;
     execute(c, params);  // the slot stays reserved until m_head moves
+    m_finished.store(head + 1);
     m_head.store(head + 1);
     if (m_sleepers.load() > 0) {
       std::lock_guard lock(m_mutex);  // a sleeper is waiting, or between its check and its wait
@@ -189,7 +194,8 @@ void CpuStream::execute(const Command& c, void* const* params) {
     }
     case Op::kCopy: std::memmove(c.dst, c.src, c.bytes); break;
     case Op::kMemset: std::memset(c.dst, c.value, c.bytes); break;
-    case Op::kRecord: c.event->complete(c.ticket); break;
+    // A record that is the last command queued finishes the stream as it completes the event.
+    case Op::kRecord: c.event->complete(c.ticket, &m_finished, m_executing + 1); break;
     case Op::kWait: c.event->wait_for(c.ticket); break;
     case Op::kGraph: c.graph->replay(*this, c); break;
   }
@@ -307,7 +313,7 @@ Status CpuStream::synchronize() {
   return {};
 }
 
-bool CpuStream::query() { return m_head.load() >= m_tail.load(); }
+bool CpuStream::query() { return m_finished.load() >= m_tail.load(); }
 
 Status CpuStream::begin_capture() {
   std::lock_guard lock(m_mutex);
@@ -379,7 +385,9 @@ void CpuGraph::replay(CpuStream& stream, const CpuStream::Command& launch) {
     if (node.op == CpuStream::Op::kRecord || node.op == CpuStream::Op::kWait) {
       uint64_t ticket;
       std::memcpy(&ticket, launch.arg_bytes.data() + event_index++ * sizeof(uint64_t), sizeof ticket);
-      if (node.op == CpuStream::Op::kRecord) node.event->complete(ticket);
+      // The graph's last node finishes the graph's command, and so maybe the stream.
+      if (node.op == CpuStream::Op::kRecord)
+        node.event->complete(ticket, n + 1 == m_nodes.size() ? &stream.m_finished : nullptr, stream.m_executing + 1);
       else node.event->wait_for(ticket);
       continue;
     }

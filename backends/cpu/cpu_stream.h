@@ -28,6 +28,9 @@ namespace kiln::backends::cpu {
 
 class CpuEvent final : public runtime::Event {
  public:
+  // Takes the lock once: a complete() still running on a stream's thread (it may have already
+  // made the stream's query() true) finishes before the event goes.
+  ~CpuEvent() override;
   bool query() override;
   Status synchronize() override;
   Result<double> elapsed_ms_since(runtime::Event& start) override;
@@ -35,7 +38,9 @@ class CpuEvent final : public runtime::Event {
   // Called by a stream: recording returns the ticket that completion later reports.
   uint64_t begin_record();
   uint64_t last_recorded();
-  void complete(uint64_t ticket);
+  // `finished`, when given, is stored with `finished_value` under the event's lock: whoever
+  // sees the completion then also sees the stream that recorded it finished.
+  void complete(uint64_t ticket, std::atomic<uint64_t>* finished = nullptr, uint64_t finished_value = 0);
   void wait_for(uint64_t ticket);
 
  private:
@@ -131,6 +136,11 @@ class CpuStream final : public runtime::Stream {
   // atomics are sequentially consistent, which the sleep/wake handshakes below rely on.
   std::atomic<uint64_t> m_head{0};  // next to execute; everything before it has completed
   std::atomic<uint64_t> m_tail{0};  // next free
+  // Commands whose effects are done: moves before m_head, and for a record inside the event's
+  // lock, so query() is true once the event that closes the queue is (CUDA's order). m_head
+  // moves only after complete() has returned: synchronize() and the ring rely on that.
+  std::atomic<uint64_t> m_finished{0};
+  uint64_t m_executing = 0;  // the consumer's current position (its thread only)
   std::atomic<bool> m_consumer_sleeping{false};  // set under m_mutex before it waits
   std::atomic<int> m_sleepers{0};  // producers or synchronize() waiting under m_mutex
   bool m_stop = false;

@@ -232,6 +232,35 @@ TEST_P(AcceleratorConformance, EventsOrderWorkAcrossStreamsAndTimeIt) {
   }
 }
 
+// CUDA's order: once the event recorded last on a stream is complete, so is the stream. The
+// CPU stream once completed the event a moment before it counted the record as done, so a
+// query right after the event's synchronize could be false: repeated to catch such a window.
+TEST_P(AcceleratorConformance, AStreamIsIdleOnceTheEventThatClosesItIsComplete) {
+  constexpr size_t n = 256;
+  float* a = device_filled(n, 1.0f);
+  float* b = device_floats(n);
+  auto s = acc->create_stream();
+  auto done = acc->create_event();
+  ASSERT_TRUE(s.ok() && done.ok());
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_TRUE((*s)->copy_async(b, a, n * sizeof(float)).ok());
+    ASSERT_TRUE((*s)->record(**done).ok());
+    ASSERT_TRUE((*done)->synchronize().ok());
+    ASSERT_TRUE((*s)->query()) << "iteration " << i << ": the event is complete, the stream still busy";
+  }
+  if (!acc->supports(runtime::Capability::kGraphs).ok() || !acc->supports(runtime::Capability::kGraphEvents).ok()) return;
+  ASSERT_TRUE((*s)->begin_capture().ok());
+  ASSERT_TRUE((*s)->copy_async(b, a, n * sizeof(float)).ok());
+  ASSERT_TRUE((*s)->record(**done).ok());
+  auto graph = (*s)->end_capture();
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_TRUE((*graph)->launch(**s).ok());
+    ASSERT_TRUE((*done)->synchronize().ok());
+    ASSERT_TRUE((*s)->query()) << "graph launch " << i << ": its closing event is complete, the stream still busy";
+  }
+}
+
 TEST_P(AcceleratorConformance, SynchronizeWaitsForEveryStream) {
   constexpr size_t n = 1 << 22;
   float* a = device_filled(n, 2.0f);
