@@ -5,6 +5,7 @@ torch 2.x (the venv scripts/setup makes), each with a private KILN_CACHE_DIR and
 TORCH_EXTENSIONS_DIR. Tests that need a fresh cache or a second node run a child Python with a
 cache folder of their own.
 """
+import contextlib
 import os
 import shutil
 import socket
@@ -52,15 +53,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def redis_url(tmp_path):
-    """A real redis-server on 127.0.0.1, stopped after the test."""
+@contextlib.contextmanager
+def start_redis(folder):
+    """A real redis-server on 127.0.0.1 for the block's length; yields its URL."""
     binary = shutil.which("redis-server")
     if not binary:
         pytest.skip("redis-server is not installed (scripts/setup installs it)")
     port = free_port()
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--dir", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 10
     while time.time() < deadline:
         try:
@@ -71,9 +72,18 @@ def redis_url(tmp_path):
     else:
         proc.kill()
         pytest.fail("redis-server did not start on port %d" % port)
-    yield "redis://127.0.0.1:%d" % port
-    proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        yield "redis://127.0.0.1:%d" % port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A real redis-server on 127.0.0.1, stopped after the test."""
+    with start_redis(tmp_path) as url:
+        yield url
 
 
 def sqlite_rows(cache_dir, query):

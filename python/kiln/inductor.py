@@ -1,0 +1,303 @@
+"""torch.compile's C++ builds on the CPU through kiln.
+
+    import kiln.inductor
+    kiln.inductor.install()                  # every later torch.compile in this process
+    model = torch.compile(model)
+    # or, for one model, with no install():  torch.compile(model, backend="kiln")
+
+Inductor writes each CPU kernel module as C++ and builds it with one `g++ ... -shared -o X.so`
+process through `torch._inductor.cpp_builder.run_compile_cmd`, which every CPU build passes
+(kernel modules, cpp_wrapper's main module, the precompiled header, the ISA probes). install()
+puts kiln there: a build of one C++ source into a shared library is compiled by Clang in this
+process against a precompiled header of Inductor's prelude kept in kiln's store, linked by lld,
+stored under a content key (the source and every header it read, the flags and defines, the
+real CPU behind -march=native, torch's version and C++ ABI, Python's SOABI, the OpenMP bridge's
+source) and written atomically where Inductor expects it, so a second process, or a node that
+shares kiln's cluster tier, compiles nothing. Inductor's compile threads call it concurrently
+(kiln releases the GIL). Any other command (objects, links of objects, `-E`) goes to Inductor's
+own compiler unchanged, saying why at debug level (logger "kiln.inductor").
+
+OpenMP: Inductor's kernels are OpenMP code and torch runs GCC's libgomp. kiln compiles the
+kernel with Clang's OpenMP code generation but without LLVM's runtime, and adds
+inductor_openmp.cpp, which carries out Clang's runtime calls with libgomp: one thread pool,
+sized by torch.set_num_threads, iterations split exactly as g++'s kernels split them.
+
+Why install() and a backend and no environment variable: Inductor builds C++ on threads of the
+calling process (its process pool is for Triton), so patching this process is enough; a dynamo
+backend ("kiln", registered through the `torch_dynamo_backends` entry point that pip installs)
+turns it on from the torch.compile call itself, with nothing run at interpreter start.
+"""
+import hashlib
+import logging
+import os
+import re
+import shlex
+import threading
+
+__all__ = ["install", "uninstall", "installed", "backend", "stats", "translate"]
+
+_log = logging.getLogger("kiln.inductor")
+_lock = threading.Lock()
+_original = None
+_stats = {"kiln": 0, "hits": 0, "passed_on": 0, "skipped_pch": 0}
+
+_SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C")
+# GCC-only flags Inductor passes, and what Clang takes in their place (None: dropped).
+_GCC_ONLY = {
+    # GCC's loop vectorizer off; Clang's is -fno-vectorize (its SLP vectorizer stays on, as GCC's does).
+    "-fno-tree-loop-vectorize": "-fno-vectorize",
+}
+_OPENMP_BRIDGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inductor_openmp.cpp")
+
+
+class Unhandled(Exception):
+    """A command kiln leaves to Inductor's own compiler; the message says why."""
+
+
+def _cpu_identity():
+    """The CPU -march=native resolves to, as text that enters the key: vendor, family, model and
+    the feature flags the kernel reports (two nodes share kernels only when these agree)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor is enough
+                name, _, value = line.partition(":")
+                fields[name.strip()] = value.strip()
+    except OSError:
+        import platform
+
+        return platform.machine() + " " + platform.processor()
+    flags = " ".join(sorted(fields.get("flags", "").split()))
+    text = "%s %s %s %s" % (fields.get("vendor_id", ""), fields.get("cpu family", ""), fields.get("model", ""), flags)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def translate(cmd_line, torch_lib_dir=None):
+    """What kiln builds for one of Inductor's compile commands: a dict of build_library's options
+    plus "output", or "precompiled-header" for the command that makes GCC's .gch; raises
+    Unhandled with the reason for any other command."""
+    args = shlex.split(cmd_line) if isinstance(cmd_line, str) else list(cmd_line)
+    if not args:
+        raise Unhandled("an empty command")
+    sources, defines, includes, system_includes, flags, link_dirs, libs, prelude = [], [], [], [], [], [], [], []
+    linker_args = []
+    output = None
+    shared = openmp = header = False
+    i = 1
+    while i < len(args):
+        a = args[i]
+        nxt = args[i + 1] if i + 1 < len(args) else None
+
+        def value(prefix):
+            nonlocal i
+            if a == prefix:
+                if nxt is None:
+                    raise Unhandled("%s without a value" % a)
+                i += 1
+                return nxt
+            return a[len(prefix):]
+
+        if a in ("-c", "-E", "-S", "-M", "-MM", "-MD"):
+            raise Unhandled("%s: not a build of a shared library" % a)
+        if a == "-x":
+            kind = value("-x")
+            if kind != "c++-header":
+                raise Unhandled("-x %s" % kind)
+            header = True
+        elif a == "-o":
+            output = value("-o")
+        elif a.startswith("-D"):
+            defines.append(value("-D"))
+        elif a.startswith("-I"):
+            includes.append(value("-I"))
+        elif a == "-isystem":
+            system_includes.append(value("-isystem"))
+        elif a == "-include":
+            prelude.append(value("-include"))
+        elif a.startswith("-L"):
+            link_dirs.append(value("-L"))
+        elif a.startswith("-l"):
+            libs.append(value("-l"))
+        elif a.startswith("-Wl,"):
+            linker_args.append(a)
+        elif a == "-shared":
+            shared = True
+        elif a in ("-fPIC", "-fpic"):
+            pass  # kiln's libraries are position-independent
+        elif a == "-fopenmp":
+            openmp = True
+        elif a in _GCC_ONLY:
+            if _GCC_ONLY[a]:
+                flags.append(_GCC_ONLY[a])
+            _log.debug("%s is GCC's; kiln passes Clang %s", a, _GCC_ONLY[a] or "nothing")
+        elif a.startswith(("-O", "-g", "-std=", "-m", "-W", "-pedantic", "-pthread")) or (
+                a.startswith("-f") and not a.startswith(("-fplugin", "-fprofile", "-fsanitize", "-fcoverage"))):
+            flags.append(a)
+        elif a.startswith("-"):
+            raise Unhandled("a flag kiln does not take: %s" % a)
+        elif a.endswith(_SOURCE_SUFFIXES) or (header and a.endswith((".h", ".hpp"))):
+            sources.append(a)
+        else:
+            raise Unhandled("an input that is not a C++ source: %s" % a)
+        i += 1
+    if header:
+        return "precompiled-header"
+    if len(sources) != 1:
+        raise Unhandled("%d sources (kiln builds one source into one library)" % len(sources))
+    if not shared or not output or not output.endswith(".so"):
+        raise Unhandled("not a build of one shared library (-shared -o X.so)")
+    # lld, like GNU ld, searches every -L folder for every -l, wherever they stand. The running
+    # torch's own folder comes first: Inductor lists the system's library folder before it, where
+    # a distribution's torch may be (Debian's 1.13 here). --as-needed as Debian's and Ubuntu's
+    # g++ link by default: a kernel that calls nothing in libtorch does not load it.
+    link_flags = ["-Wl,--as-needed"] + ["-L" + d for d in ([torch_lib_dir] if torch_lib_dir else []) + link_dirs] + linker_args
+    for lib in libs:
+        # libgomp by soname: torch's own copy has no libgomp.so link for -lgomp to find, and
+        # either copy answers to libgomp.so.1, which is the one torch has already loaded.
+        link_flags.append("-l:libgomp.so.1" if lib == "gomp" else "-l" + lib)
+    source_list = sources[:]
+    if openmp:
+        # Clang's OpenMP code generation without the driver's -fopenmp, which would link LLVM's
+        # runtime: the bridge carries the calls to libgomp (see inductor_openmp.cpp).
+        flags.append("-Xclang=-fopenmp")
+        source_list.append(_OPENMP_BRIDGE)
+        if "gomp" not in libs:
+            link_flags.append("-l:libgomp.so.1")
+    return {"sources": source_list, "defines": defines, "include_dirs": includes, "system_include_dirs": system_includes,
+            "flags": flags, "link_flags": link_flags, "prelude": prelude, "output": output}
+
+
+_PREFIX = "torch/csrc/inductor/cpp_prefix.h"
+_ONE_INCLUDE = re.compile(r"\s*#include\s*[<\"]([^>\"]+)[>\"]\s*")
+
+
+def _prelude(source, included):
+    """The headers to precompile for `source`. Inductor's `-include X.h` names a file whose whole
+    text is `#include <torch/csrc/inductor/cpp_prefix.h>`: the header itself is used, so one
+    precompiled header serves every file name Inductor gives it. A kernel module has no
+    `-include` but opens with that header: it becomes the prelude too (included first, as g++'s
+    -include does; the source's own #include of it then finds it included)."""
+    out = []
+    for path in included:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read(4096)
+        except OSError:
+            text = ""
+        found = _ONE_INCLUDE.fullmatch(text)
+        out.append(found.group(1) if found else path)
+    if not out:
+        try:
+            with open(source, encoding="utf-8", errors="replace") as f:
+                if ("#include <%s>" % _PREFIX) in f.read():
+                    out.append(_PREFIX)
+        except OSError:
+            pass
+    return out
+
+
+def _facts():
+    from .torch import torch_facts
+
+    return torch_facts()["key"] + [("cpu", _cpu_identity()), ("inductor.route", "kiln.inductor 1")]
+
+
+def _build(cmd_line, cwd):
+    from .torch import torch_facts
+
+    build = translate(cmd_line, torch_facts()["lib_dir"])
+    if build == "precompiled-header":
+        # GCC's .gch is for g++; kiln keeps its own precompiled header of the same prelude in its
+        # store and makes it on the first kernel that includes it. A command kiln leaves to g++
+        # still compiles without the .gch (g++ then reads the header itself).
+        _stats["skipped_pch"] += 1
+        _log.debug("kiln keeps its own precompiled header; GCC's is not made: %s", cmd_line)
+        return
+    from . import KilnError, context
+
+    def absolute(p):
+        return p if os.path.isabs(p) else os.path.join(cwd, p)
+
+    output = absolute(build.pop("output"))
+    build["prelude"] = _prelude(absolute(build["sources"][0]), [absolute(p) for p in build["prelude"]])
+    name = os.path.basename(output)[: -len(".so")].replace(".", "_")
+    root = os.path.dirname(absolute(build["sources"][0]))
+    try:
+        lib = context("none").build_library(
+            name, [absolute(s) for s in build["sources"]],
+            include_dirs=[absolute(p) for p in build["include_dirs"]],
+            system_include_dirs=[absolute(p) for p in build["system_include_dirs"]],
+            defines=build["defines"], flags=build["flags"], link_flags=build["link_flags"],
+            prelude=build["prelude"], facts=_facts(), root=root, output=output)
+    except KilnError as e:
+        if getattr(e, "code", "") != "compile_error":
+            raise
+        from torch._inductor.exc import CppCompileError
+
+        raise CppCompileError(shlex.split(cmd_line), str(e)) from None
+    _stats["kiln"] += 1
+    if lib["cache_source"] != "compiled":
+        _stats["hits"] += 1
+    _log.debug("kiln built %s (%s, %.0f ms)", output, lib["cache_source"], lib["total_ms"])
+
+
+def _run_compile_cmd(cmd_line, cwd):
+    try:
+        return _build(cmd_line, cwd)
+    except Unhandled as why:
+        _stats["passed_on"] += 1
+        _log.debug("passed to Inductor's compiler (%s): %s", why, cmd_line)
+        return _original(cmd_line, cwd)
+
+
+def install():
+    """Routes Inductor's C++ builds in this process through kiln (idempotent). Needs torch 2.x."""
+    global _original
+    with _lock:
+        if _original is not None:
+            return
+        try:
+            from torch._inductor import cpp_builder
+        except ImportError as e:
+            from . import KilnError
+
+            raise KilnError("kiln.inductor needs torch 2.x with Inductor (torch._inductor.cpp_builder): %s" % e) from None
+        if not hasattr(cpp_builder, "run_compile_cmd"):
+            from . import KilnError
+
+            raise KilnError("this torch's Inductor has no cpp_builder.run_compile_cmd, the seam kiln.inductor uses; "
+                            "its C++ builds stay with Inductor's compiler")
+        _original = cpp_builder.run_compile_cmd
+        cpp_builder.run_compile_cmd = _run_compile_cmd
+
+
+def uninstall():
+    """Gives Inductor its own compiler back."""
+    global _original
+    with _lock:
+        if _original is None:
+            return
+        from torch._inductor import cpp_builder
+
+        cpp_builder.run_compile_cmd = _original
+        _original = None
+
+
+def installed():
+    return _original is not None
+
+
+def stats():
+    """Counts since the process started: builds kiln made or found ("kiln", of which "hits"),
+    commands passed to Inductor's compiler ("passed_on"), GCC precompiled headers not made."""
+    return dict(_stats)
+
+
+def backend(gm, example_inputs, **kwargs):
+    """torch.compile(model, backend="kiln"): Inductor, with its C++ builds through kiln."""
+    install()
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, example_inputs, **kwargs)
