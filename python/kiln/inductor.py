@@ -39,7 +39,7 @@ __all__ = ["install", "uninstall", "installed", "backend", "stats", "translate"]
 _log = logging.getLogger("kiln.inductor")
 _lock = threading.Lock()
 _original = None
-_stats = {"kiln": 0, "hits": 0, "passed_on": 0, "skipped_pch": 0}
+_stats = {"kiln": 0, "hits": 0, "passed_on": 0, "skipped_pch": 0, "gxx_after_clang_failed": 0}
 
 _SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C")
 # GCC-only flags Inductor passes, and what Clang takes in their place (None: dropped).
@@ -236,7 +236,17 @@ def _build(cmd_line, cwd):
             raise
         from torch._inductor.exc import CppCompileError
 
-        raise CppCompileError(shlex.split(cmd_line), str(e)) from None
+        error = CppCompileError(shlex.split(cmd_line), str(e))
+        # A kernel g++ builds must still build: Clang is stricter in places. Inductor's own
+        # compiler gets the command; when it fails too (or is missing), Clang's diagnostics go back.
+        try:
+            _original(cmd_line, cwd)
+        except (CppCompileError, OSError):
+            raise error from None
+        _stats["gxx_after_clang_failed"] += 1
+        _log.warning("kiln.inductor: Clang refused %s and g++ built it (%s)", os.path.basename(output),
+                     str(e).split("\n", 2)[1][:300] if "\n" in str(e) else str(e)[:300])
+        return
     _stats["kiln"] += 1
     if lib["cache_source"] != "compiled":
         _stats["hits"] += 1
@@ -291,7 +301,8 @@ def installed():
 
 def stats():
     """Counts since the process started: builds kiln made or found ("kiln", of which "hits"),
-    commands passed to Inductor's compiler ("passed_on"), GCC precompiled headers not made."""
+    commands passed to Inductor's compiler ("passed_on"), GCC precompiled headers not made
+    ("skipped_pch"), and builds Clang refused that g++ then made ("gxx_after_clang_failed")."""
     return dict(_stats)
 
 

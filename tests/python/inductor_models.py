@@ -38,8 +38,17 @@ def transformer(d=256, blocks=2, heads=4):
     return nn.Sequential(*[Block(d, heads) for _ in range(blocks)]).eval()
 
 
-def run_cases(small=True):
-    """{name: tensor} for each case, compiled with torch.compile in this process."""
+def run_cases(small=True, backend="inductor"):
+    """{name: tensor} for each case, compiled with torch.compile(backend=backend) in this process."""
+    saved = torch.compile
+    torch.compile = lambda f, **kw: saved(f, backend=backend, **kw)
+    try:
+        return _run_cases(small)
+    finally:
+        torch.compile = saved
+
+
+def _run_cases(small):
     torch.manual_seed(0)
     d = 64 if small else 256
     out = {}
@@ -70,19 +79,6 @@ def run_cases(small=True):
     with torch.no_grad():
         out["eval.forward"] = torch.compile(model)(x)
     return out
-
-
-def eager_cases(small=True):
-    """The same cases with torch's eager kernels (the reference both compilers are held to)."""
-    import torch._dynamo
-
-    torch._dynamo.reset()
-    saved = torch.compile
-    torch.compile = lambda f, **kw: f
-    try:
-        return run_cases(small)
-    finally:
-        torch.compile = saved
 
 
 def first_call_seconds(d=256, blocks=2):

@@ -32,13 +32,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = """
 import json, os, sys, torch
 import inductor_models
+backend = "inductor"
 if os.environ.get("USE_KILN") == "1":
     import kiln.inductor
     kiln.inductor.install()
-out = inductor_models.run_cases()
+elif os.environ.get("USE_KILN") == "backend":  # torch.compile(..., backend="kiln") without install()
+    import kiln.inductor
+    backend = kiln.inductor.backend
+out = inductor_models.run_cases(backend=backend)
 torch.save(out, sys.argv[1] if len(sys.argv) > 1 else os.environ["CASES_OUT"])
 report = {{"omp": inductor_models.openmp_libraries()}}
-if os.environ.get("USE_KILN") == "1":
+if os.environ.get("USE_KILN") in ("1", "backend"):
     report["stats"] = kiln.inductor.stats()
 print("RESULT " + json.dumps(report))
 """
@@ -53,7 +57,7 @@ def result_of(done):
 
 def run_cases(tmp, name, kiln_cache, use_kiln, inductor_dir=None, **env):
     out = os.path.join(tmp, name + ".pt")
-    full = {"USE_KILN": "1" if use_kiln else "0", "CASES_OUT": out, "KILN_CACHE_DIR": str(kiln_cache),
+    full = {"USE_KILN": "1" if use_kiln is True else use_kiln or "0", "CASES_OUT": out, "KILN_CACHE_DIR": str(kiln_cache),
             "TORCHINDUCTOR_CACHE_DIR": str(inductor_dir or os.path.join(tmp, name + "-inductor")),
             "TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}
     full.update({k: str(v) for k, v in env.items()})
@@ -109,8 +113,9 @@ def test_one_openmp_runtime_torchs_libgomp_and_no_llvm_libomp(built):
 
 @needs_inductor
 def test_a_second_node_gets_every_kernel_from_redis_and_compiles_nothing(built, tmp_path):
-    # Empty kiln store, empty Inductor folder: everything from the cluster tier.
-    again, report = run_cases(str(tmp_path), "node2", tmp_path / "kiln-node2", use_kiln=True, KILN_REMOTE_CACHE=built["redis"])
+    # Empty kiln store, empty Inductor folder: everything from the cluster tier. This node turns
+    # kiln on as torch.compile(..., backend="kiln") does, with no install().
+    again, report = run_cases(str(tmp_path), "node2", tmp_path / "kiln-node2", use_kiln="backend", KILN_REMOTE_CACHE=built["redis"])
     stats = report["stats"]
     assert stats["kiln"] == built["report"]["stats"]["kiln"] and stats["hits"] == stats["kiln"], stats
     for name, expected in built["kiln"].items():
@@ -232,3 +237,23 @@ def test_a_kill_during_a_kernels_compile_leaves_nothing_half_written(tmp_path):
     done = subprocess.run([sys.executable, str(script), str(work / "big.cpp")], env=env, capture_output=True, text=True, timeout=900)
     assert "BUILT" in done.stdout, done.stderr[-4000:]
     assert (work / "big.so").exists()
+
+
+@needs_inductor
+def test_a_kernel_clang_refuses_and_gpp_builds_is_built_by_gpp_and_said(tmp_path):
+    # Narrowing in braces: g++ warns (-Wnarrowing), Clang refuses. A torch.compile that worked
+    # with g++ must keep working with kiln installed.
+    done = run_python("""
+        import ctypes, os, kiln.inductor
+        from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
+        kiln.inductor.install()
+        src = os.path.join(os.environ["WORK"], "narrow.cpp")
+        open(src, "w").write('extern "C" float f(int n) {\\n  float a[] = {n, 2};\\n  return a[0] + a[1];\\n}\\n')
+        b = CppBuilder(name="narrow", sources=[src], BuildOption=CppTorchOptions(), output_dir=os.environ["WORK"])
+        b.build()
+        lib = ctypes.CDLL(b.get_target_file_path())
+        lib.f.restype = ctypes.c_float
+        print("VALUE", lib.f(5), kiln.inductor.stats()["gxx_after_clang_failed"])
+    """, env={"WORK": str(tmp_path), "KILN_CACHE_DIR": str(tmp_path / "kiln")})
+    assert "VALUE 7.0 1" in done.stdout, done.stdout + done.stderr
+    assert "Clang refused narrow.so and g++ built it" in done.stderr and "narrowed" in done.stderr
