@@ -142,7 +142,7 @@ Result<std::unique_ptr<Ops>> Ops::create(OpsOptions options) {
     ops->m_store = std::move(store).value();
     if (Status memo = FileMemo::instance().attach(ops->m_store->root() + "/file-memo"); !memo.ok())
       ops->warn_once("file-memo", memo.message());
-    ops->m_pchs = std::make_unique<PrecompiledHeaders>(ops->m_store.get());
+    ops->m_pchs = std::make_unique<PrecompiledHeaders>(ops->m_store.get(), [raw = ops.get()] { return raw->remote(); });
     ops->m_derived = std::make_unique<StoreDerivedCode>(*ops->m_store);
   } else {
     // A cache that cannot be opened (read-only, not a folder, from a newer kiln) must not

@@ -166,6 +166,58 @@ void PrecompiledHeaders::wait() {
 }
 
 std::optional<PrecompiledHeaders::Slot> PrecompiledHeaders::lookup(const KeyParts& key, const OpSpec& spec) {
+  if (auto here = lookup_here(key, spec)) return here;
+  if (!fetch_remote(key, spec)) return std::nullopt;
+  return lookup_here(key, spec);
+}
+
+bool PrecompiledHeaders::fetch_remote(const KeyParts& key, const OpSpec& spec) {
+  cache::RemoteTiers* tiers = m_remote ? m_remote() : nullptr;
+  if (!tiers) return false;
+  auto start = std::chrono::steady_clock::now();
+  std::optional<Hash128> full;
+  std::string manifest_text;
+  tiers->fetch(cache::RemoteObject::kManifest, key.key, [&](std::string_view payload) -> Status {
+    KILN_ASSIGN_OR_RETURN(auto manifest, decode_manifest(payload));
+    // A header that differs here (another torch, another libstdc++) is another PCH: a miss.
+    if (auto current = rehash_manifest(manifest, spec)) full = artifact_key(key, *current).key;
+    manifest_text = payload;
+    return {};
+  });
+  if (!full) return false;
+  bool have = false;
+  if (auto here = m_store->get(*full); here.ok() && here->has_value()) have = true;
+  size_t bytes = 0;
+  if (!have)
+    tiers->fetch(cache::RemoteObject::kArtifact, *full, [&](std::string_view blob) -> Status {
+      KILN_ASSIGN_OR_RETURN(cache::Artifact a, m_store->import(*full, blob));
+      if (a.record.input_key != key.key || a.record.kind != "pch")
+        return Status(StatusCode::kDataLoss, "the object is not the precompiled header of these inputs");
+      bytes = a.bytes.size();
+      have = true;
+      return {};
+    });
+  if (!have) return false;
+  if (!m_store->put_manifest(key.key, manifest_text).ok()) return false;
+  KILN_LOG_AT(kInfo, "pch", "precompiled header for " + spec.name + " from a remote tier (" + std::to_string(bytes) + " bytes in " +
+                                std::to_string(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()) +
+                                " ms, checked)");
+  return true;
+}
+
+void PrecompiledHeaders::publish(const KeyParts& key, const Hash128& artifact) {
+  cache::RemoteTiers* tiers = m_remote ? m_remote() : nullptr;
+  if (!tiers) return;
+  auto blob = read_file(m_store->blob_path(artifact));
+  auto manifest = m_store->get_manifest(key.key);
+  if (!blob.ok() || !manifest.ok() || !manifest->has_value()) return;
+  std::vector<cache::RemoteTiers::Publication> objects;
+  objects.push_back({cache::RemoteObject::kArtifact, artifact, std::move(blob).value()});
+  objects.push_back({cache::RemoteObject::kManifest, key.key, std::move(**manifest)});
+  tiers->publish(std::move(objects));
+}
+
+std::optional<PrecompiledHeaders::Slot> PrecompiledHeaders::lookup_here(const KeyParts& key, const OpSpec& spec) {
   auto start = std::chrono::steady_clock::now();
   auto text = m_store->get_manifest(key.key);
   if (!text.ok() || !text->has_value()) return std::nullopt;
@@ -299,7 +351,9 @@ void PrecompiledHeaders::build(std::shared_ptr<Slot> slot, std::shared_ptr<const
   record.log = made.log;
   // A PCH that does not build is stored as a failure too, so it is not tried on every compile.
   std::string failure = encode_diagnostics(made.diagnostics);
-  (void)m_store->put(record, made.success ? std::string_view(made.artifact) : std::string_view(failure), cache::Compression::kNone);
+  Status stored = m_store->put(record, made.success ? std::string_view(made.artifact) : std::string_view(failure), cache::Compression::kNone);
+  // Failures stay on the node that saw them: another node's headers may build.
+  if (stored.ok() && made.success) publish(key, full.key);
   if (made.success) {
     auto bytes = std::make_shared<const std::string>(std::move(made.artifact));
     std::lock_guard guard(m_mutex);

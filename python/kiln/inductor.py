@@ -110,10 +110,10 @@ def translate(cmd_line, torch_lib_dir=None):
             output = value("-o")
         elif a.startswith("-D"):
             defines.append(value("-D"))
-        elif a.startswith("-I"):
-            includes.append(value("-I"))
-        elif a == "-isystem":
-            system_includes.append(value("-isystem"))
+        elif a.startswith("-I") or a == "-isystem":
+            # torch's and Python's headers: what kernels build against, not their own, so kiln
+            # may precompile them (it never does for a library's own folders). Order is kept.
+            system_includes.append(value("-I") if a.startswith("-I") else value("-isystem"))
         elif a == "-include":
             prelude.append(value("-include"))
         elif a.startswith("-L"):
@@ -157,15 +157,15 @@ def translate(cmd_line, torch_lib_dir=None):
         # libgomp by soname: torch's own copy has no libgomp.so link for -lgomp to find, and
         # either copy answers to libgomp.so.1, which is the one torch has already loaded.
         link_flags.append("-l:libgomp.so.1" if lib == "gomp" else "-l" + lib)
-    source_list = sources[:]
     if openmp:
         # Clang's OpenMP code generation without the driver's -fopenmp, which would link LLVM's
-        # runtime: the bridge carries the calls to libgomp (see inductor_openmp.cpp).
+        # runtime: the bridge carries the calls to libgomp (see inductor_openmp.cpp). It joins
+        # the prelude, so it is precompiled with Inductor's headers and compiled in the same
+        # translation unit (as a second source it cost as much as the kernel: ~1 s to load the PCH).
         flags.append("-Xclang=-fopenmp")
-        source_list.append(_OPENMP_BRIDGE)
         if "gomp" not in libs:
             link_flags.append("-l:libgomp.so.1")
-    return {"sources": source_list, "defines": defines, "include_dirs": includes, "system_include_dirs": system_includes,
+    return {"sources": sources, "openmp": openmp, "defines": defines, "include_dirs": includes, "system_include_dirs": system_includes,
             "flags": flags, "link_flags": link_flags, "prelude": prelude, "output": output}
 
 
@@ -173,12 +173,49 @@ _PREFIX = "torch/csrc/inductor/cpp_prefix.h"
 _ONE_INCLUDE = re.compile(r"\s*#include\s*[<\"]([^>\"]+)[>\"]\s*")
 
 
-def _prelude(source, included):
+_DEFINED = re.compile(r"defined\s*\(\s*(\w+)\s*\)")
+
+
+def _leading_includes(text, defines):
+    """The headers a kernel module (or an ISA probe) includes before its code, when that prefix is
+    what Inductor writes: `#include <...>` lines, some under `#if defined(A) || defined(B) ...`
+    (kept when the command defines one of the names). None for anything else."""
+    defined = {d.split("=", 1)[0] for d in defines}
+    headers, active = [], None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("//"):
+            continue
+        if line.startswith("#if "):
+            if active is not None:
+                return None
+            names = _DEFINED.findall(line)
+            rest = _DEFINED.sub("", line[4:]).replace("||", "").strip()
+            if not names or rest:
+                return None  # a condition that is not a disjunction of defined(NAME)
+            active = any(n in defined for n in names)
+        elif line == "#endif":
+            if active is None:
+                return None
+            active = None
+        else:
+            found = re.fullmatch(r"#include\s*<([^>]+)>", line)
+            if not found:
+                # The code starts: the block ends here (with no #if left open).
+                return headers if active is None and headers else None
+            if active is not False:
+                headers.append(found.group(1))
+    return None
+
+
+def _prelude(source, included, defines):
     """The headers to precompile for `source`. Inductor's `-include X.h` names a file whose whole
     text is `#include <torch/csrc/inductor/cpp_prefix.h>`: the header itself is used, so one
     precompiled header serves every file name Inductor gives it. A kernel module has no
-    `-include` but opens with that header: it becomes the prelude too (included first, as g++'s
-    -include does; the source's own #include of it then finds it included)."""
+    `-include` but opens with ATen's vectorized headers and that prelude (an ISA probe with the
+    vectorized headers alone): those become the
+    prelude (included first, as g++'s -include is; the source's own #includes then find them
+    included), so parsing them, most of a kernel's compile, happens once per flag set."""
     out = []
     for path in included:
         try:
@@ -191,10 +228,10 @@ def _prelude(source, included):
     if not out:
         try:
             with open(source, encoding="utf-8", errors="replace") as f:
-                if ("#include <%s>" % _PREFIX) in f.read():
-                    out.append(_PREFIX)
+                text = f.read(16384)
         except OSError:
-            pass
+            return out
+        out = _leading_includes(text, defines) or []
     return out
 
 
@@ -221,7 +258,9 @@ def _build(cmd_line, cwd):
         return p if os.path.isabs(p) else os.path.join(cwd, p)
 
     output = absolute(build.pop("output"))
-    build["prelude"] = _prelude(absolute(build["sources"][0]), [absolute(p) for p in build["prelude"]])
+    build["prelude"] = _prelude(absolute(build["sources"][0]), [absolute(p) for p in build["prelude"]], build["defines"])
+    if build.pop("openmp"):
+        build["prelude"].append(_OPENMP_BRIDGE)
     name = os.path.basename(output)[: -len(".so")].replace(".", "_")
     root = os.path.dirname(absolute(build["sources"][0]))
     try:
