@@ -231,3 +231,23 @@ def test_a_second_node_gets_the_extension_from_redis_and_compiles_nothing(tmp_pa
     assert "kiln_cluster: remote (0 ms compiling" in second.stdout, second.stdout + second.stderr
     # The second node has the extension locally now, and compiled nothing: no header artifact either.
     assert [r[0] for r in sqlite_rows(str(tmp_path / "node2"), "select kind from artifacts")] == ["host-so"]
+
+
+def test_a_fresh_nodes_first_extension_fetches_torchs_precompiled_headers_from_redis(tmp_path, redis_url):
+    # Node 1 builds one extension and, beside it, torch/extension.h's precompiled header, which it
+    # publishes. Node 2 builds another extension with the same flags: it fetches the header
+    # artifact instead of parsing torch's headers.
+    first = run_python("""
+        import kiln.torch
+        kiln.torch.load(name="kiln_pch_one", sources=[%r])
+    """ % LLTM, env={"KILN_CACHE_DIR": str(tmp_path / "node1"), "KILN_REMOTE_CACHE": redis_url})
+    assert "pch" in [r[0] for r in sqlite_rows(str(tmp_path / "node1"), "select kind from artifacts")], first.stderr
+    second = run_python("""
+        import kiln.torch, torch
+        ext = kiln.torch.load(name="kiln_pch_two", sources=[%r])
+        print(ext.forward(torch.zeros(2, 3), torch.ones(3)).tolist())
+    """ % os.path.join(EXTENSIONS, "bias_tanh.cpp"),
+        env={"KILN_CACHE_DIR": str(tmp_path / "node2"), "KILN_REMOTE_CACHE": redis_url, "KILN_LOG": "info"})
+    assert "precompiled header for kiln_pch_two from a remote tier" in second.stderr, second.stderr[-3000:]
+    kinds = sorted(r[0] for r in sqlite_rows(str(tmp_path / "node2"), "select kind from artifacts"))
+    assert kinds == ["host-so", "pch"], kinds
