@@ -51,6 +51,8 @@ import time
 import warnings
 import weakref
 
+from kiln import triton_warm as _warm
+
 # CacheManager is left out: `from kiln.triton import *` must not import Triton.
 __all__ = ["install", "uninstall", "supported", "GROUP_KIND", "FILE_KIND"]
 
@@ -111,6 +113,11 @@ def supported(check_interface=True):
         return False, ("Triton %s's CacheManager interface is not the one kiln speaks (abstract methods %s, expected %s)" %
                        (version, sorted(abstract), sorted(_INTERFACE)))
     return True, ""
+
+
+def _recording():
+    """Whether compiles are recorded for `kiln warm --triton` (KILN_TRITON_RECORD=0: not)."""
+    return os.environ.get("KILN_TRITON_RECORD", "1") not in ("0", "false", "no", "off")
 
 
 _warned = set()
@@ -309,6 +316,7 @@ def _make_class():
                 return
             self._ctx = ctx
             self._options = _compile_options()
+            self._inputs = _warm.compile_inputs(2) if _recording() else None  # for the record of a compile
             self._group_keys = {}  # filename -> kiln key of its group, fixed at get_group
             self._staged = {}      # name -> (path, bytes) put for the group being compiled
             self._compiling = set()  # group filenames that missed here: their puts are staged
@@ -392,11 +400,25 @@ def _make_class():
                 _warn_once("store", "kiln could not store a Triton kernel (%s); it will compile again" % e)
                 return group.get(filename)
             paths = dict(stored["files"])
+            if self._inputs is not None:
+                self._record(filename)
             # The compile goes on with the stored copies (CompiledKernel reads them next).
             for name in group:
                 group[name] = paths[name]
             self._clear_stage()
             return paths.get(filename)
+
+        def _record(self, filename):
+            # What `kiln warm --triton` compiles again (kiln/triton_warm.py); a record that cannot
+            # be stored costs the run nothing but the warning.
+            try:
+                record = _warm.make_record(self._inputs, self.key, filename, _driver_target())
+                _warm.store_record(self._ctx, record, toolchain)
+            except Exception as e:
+                _warn_once("record", "kiln could not record a Triton compile for `kiln warm --triton` (%s: %s)"
+                           % (type(e).__name__, e))
+            finally:
+                self._inputs = None
 
         def get_file(self, filename):
             if self._files is not None:
