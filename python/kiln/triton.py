@@ -35,6 +35,10 @@ the file name, plus what kiln knows Triton's key leaves out for a kernel:
 - the content of an `ir_override` file (Triton keys its path only).
 Override and dump managers (TRITON_KERNEL_OVERRIDE, TRITON_KERNEL_DUMP) stay Triton's own folders.
 
+Each group stored after a compile gets a record beside it (kind `triton-record`, kiln/triton_warm.py:
+what `triton.compile` was given), which `python -m kiln warm --triton` compiles again for a
+cuda:sm_XX target on a machine with no GPU; KILN_TRITON_RECORD=0 records nothing.
+
 Where kiln cannot serve (Triton too old or too new, its CacheManager interface changed, or kiln's
 cache cannot be opened) a warning says so once and Triton's own FileCacheManager does the work.
 """
