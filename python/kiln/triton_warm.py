@@ -143,7 +143,8 @@ def make_record(inputs, key, filename, driver_target):
     record = {"schema": _SCHEMA, "key": key, "filename": filename, "triton_version": triton.__version__,
               "name": filename[:-5] if filename.endswith(".json") else filename}
     try:
-        src, target, options, env_vars = (inputs or {}).get("src"), inputs.get("target"), inputs.get("options"), inputs.get("env_vars")
+        inputs = inputs or {}
+        src, target, options, env_vars = (inputs.get(n) for n in ("src", "target", "options", "env_vars"))
         if src is None or target is None or options is None or env_vars is None:
             raise Unrecordable("the compile's inputs could not be read (not called by triton.compile)")
         record["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
