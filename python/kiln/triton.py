@@ -244,18 +244,6 @@ def _driver_target():
     return "%s:%s:%s" % (t.backend, t.arch, t.warp_size)
 
 
-def _compile_options():
-    """The options of the `triton.compile` call that made this manager, when it did."""
-    frame = sys._getframe(2)
-    for _ in range(4):
-        if frame is None:
-            break
-        if frame.f_code.co_name == "compile" and frame.f_globals.get("__name__") == "triton.compiler.compiler":
-            return frame.f_locals.get("options")
-        frame = frame.f_back
-    return None
-
-
 def _always_compile():
     try:
         from triton import knobs
@@ -319,8 +307,9 @@ def _make_class():
                 self._files = triton_cache.FileCacheManager(key)
                 return
             self._ctx = ctx
-            self._options = _compile_options()
-            self._inputs = _warm.compile_inputs(2) if _recording() else None  # for the record of a compile
+            inputs = _warm.compile_inputs(2)  # what the triton.compile asking was given, or None
+            self._options = inputs.get("options") if inputs else None
+            self._inputs = inputs if inputs and _recording() else None  # for the record of a compile
             self._group_keys = {}  # filename -> kiln key of its group, fixed at get_group
             self._staged = {}      # name -> (path, bytes) put for the group being compiled
             self._compiling = set()  # group filenames that missed here: their puts are staged
