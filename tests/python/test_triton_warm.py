@@ -105,6 +105,31 @@ def test_a_run_records_each_compile_beside_its_group_and_can_be_told_not_to(tmp_
 
 
 @needs_triton
+def test_a_record_of_the_jits_compile_comes_back_with_the_same_key(tmp_path):
+    # What the JIT gives triton.compile on a GPU: attributes (pointer and integer divisibility,
+    # lists as Triton's backend parses them) and options; Triton's key is made of their text, so
+    # they must come back as the same values.
+    cache = tmp_path / "cache"
+    run_python("""
+        import triton, triton.language as tl, triton_kernels as tk
+        sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "output_ptr": "*fp32", "n_elements": "i32", "BLOCK_SIZE": "constexpr"}
+        attrs = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]], (2,): [["tt.divisibility", 16]],
+                 (3,): [["tt.divisibility", 16]]}
+        triton.compile(triton.compiler.ASTSource(tk.add_kernel, sig, {"BLOCK_SIZE": 512}, attrs), target=tk.TARGET,
+                       options={"num_warps": 2})
+    """, env=triton_env(cache, tmp_path))
+    done = run_python("""
+        import json, kiln.triton as kt, kiln.triton_warm as warm
+        (record,) = warm.records(kt._context()[0])
+        print("RESULT " + json.dumps({"attrs": record["attrs"], "options": record["explicit_options"]}))
+    """, env=triton_env(cache, tmp_path))
+    r = result_of(done)
+    assert r["attrs"][0] == [[0], {"list": [{"list": ["tt.divisibility", 16]}]}] and r["options"] == {"num_warps": 2}
+    status, (replayed,), _ = warm(cache, tmp_path, "--target", "cuda:sm_90")
+    assert status == 0 and replayed["status"] == "compiled", replayed
+
+
+@needs_triton
 def test_warming_with_no_gpu_then_a_bundle_gives_nodes_that_compile_nothing(tmp_path):
     if not kiln_cli():
         pytest.skip("the kiln command is not built beside this kiln package (build/bin/kiln)")
