@@ -356,6 +356,19 @@ FilesOrClaim Context::find_or_claim_files(const std::string& kind, const std::st
   return out;
 }
 
+std::vector<FileGroup> Context::list_files(const std::string& kind) {
+  check_external(kind, "-");
+  builders::Ops& ops = ops_with_store(*m_impl, kind);
+  std::vector<FileGroup> out;
+  for (const cache::ArtifactRecord& r : value_or_throw(ops.store()->list())) {
+    if (r.kind != kind) continue;
+    auto found = value_or_throw(ops.store()->map(r.key));
+    if (!found) continue;  // damaged (removed and counted) or evicted since the listing
+    out.push_back(files_of(ops, *found, "disk"));
+  }
+  return out;
+}
+
 FileGroup Context::store_files(const std::string& kind, const std::string& key, const std::vector<std::pair<std::string, std::string>>& files,
                                const ArtifactInfo& info, Claim* claim, bool keep_first) {
   check_external(kind, key);

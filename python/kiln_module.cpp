@@ -481,6 +481,16 @@ PYBIND11_MODULE(_kiln, m) {
             py::object claim = got.claim ? py::cast(std::move(got.claim)) : py::none();
             return py::make_tuple(found, claim);
           }, py::arg("kind"), py::arg("key"))
+      .def("list_files", [](kiln::Context& c, const std::string& kind) {
+            std::vector<kiln::FileGroup> groups;
+            {
+              py::gil_scoped_release release;
+              groups = c.list_files(kind);
+            }
+            py::list out;
+            for (const kiln::FileGroup& g : groups) out.append(file_group_dict(g));
+            return out;
+          }, py::arg("kind"))
       .def("store_files", [](kiln::Context& c, const std::string& kind, const std::string& key,
                              const std::vector<std::pair<std::string, py::bytes>>& files, const std::string& label,
                              const std::string& target, const std::string& toolchain, double compile_ms, kiln::Claim* claim,

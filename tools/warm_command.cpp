@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -42,6 +43,9 @@ options:
   --check          also load each op and run its self-check (targets this machine runs)
   --json           print a JSON array instead of a table (one object per pair, with its status)
   -q, --quiet      no progress on stderr (else a bar on a terminal, a line per pair otherwise)
+  --triton         compile again the Triton kernels that runs recorded, for --target cuda:sm_XX,
+                   with no GPU: run through the Python that has Triton (`python -m kiln warm
+                   --triton --help`)
 
 Exit status: 0 when every pair that can be built is now cached (and, with --check, passed),
 1 when one failed, 2 for bad usage, 130 or 143 when interrupted.
@@ -205,6 +209,9 @@ class Progress {
 }  // namespace
 
 int cmd_warm(const std::vector<std::string>& argv, const GlobalOptions& global) {
+  if (std::find(argv.begin(), argv.end(), "--triton") != argv.end())
+    return usage_error("warm --triton compiles Triton's kernels in the Python that has Triton: run `python -m kiln warm --triton ...` "
+                       "with that Python (pip's `kiln` script does the same)", k_warm_help);
   auto args = parse_args(argv, {"--target", "--spec-dir", "-j", "--jobs"}, {"--check", "--json", "--help", "-h", "-q", "--quiet"});
   if (!args.ok()) return usage_error(args.status().message(), k_warm_help);
   if (args->has("--help") || args->has("-h")) return std::cout << k_warm_help, 0;

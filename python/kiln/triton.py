@@ -35,6 +35,10 @@ the file name, plus what kiln knows Triton's key leaves out for a kernel:
 - the content of an `ir_override` file (Triton keys its path only).
 Override and dump managers (TRITON_KERNEL_OVERRIDE, TRITON_KERNEL_DUMP) stay Triton's own folders.
 
+Each group stored after a compile gets a record beside it (kind `triton-record`, kiln/triton_warm.py:
+what `triton.compile` was given), which `python -m kiln warm --triton` compiles again for a
+cuda:sm_XX target on a machine with no GPU; KILN_TRITON_RECORD=0 records nothing.
+
 Where kiln cannot serve (Triton too old or too new, its CacheManager interface changed, or kiln's
 cache cannot be opened) a warning says so once and Triton's own FileCacheManager does the work.
 """
@@ -50,6 +54,8 @@ import threading
 import time
 import warnings
 import weakref
+
+from kiln import triton_warm as _warm
 
 # CacheManager is left out: `from kiln.triton import *` must not import Triton.
 __all__ = ["install", "uninstall", "supported", "GROUP_KIND", "FILE_KIND"]
@@ -111,6 +117,11 @@ def supported(check_interface=True):
         return False, ("Triton %s's CacheManager interface is not the one kiln speaks (abstract methods %s, expected %s)" %
                        (version, sorted(abstract), sorted(_INTERFACE)))
     return True, ""
+
+
+def _recording():
+    """Whether compiles are recorded for `kiln warm --triton` (KILN_TRITON_RECORD=0: not)."""
+    return os.environ.get("KILN_TRITON_RECORD", "1") not in ("0", "false", "no", "off")
 
 
 _warned = set()
@@ -233,18 +244,6 @@ def _driver_target():
     return "%s:%s:%s" % (t.backend, t.arch, t.warp_size)
 
 
-def _compile_options():
-    """The options of the `triton.compile` call that made this manager, when it did."""
-    frame = sys._getframe(2)
-    for _ in range(4):
-        if frame is None:
-            break
-        if frame.f_code.co_name == "compile" and frame.f_globals.get("__name__") == "triton.compiler.compiler":
-            return frame.f_locals.get("options")
-        frame = frame.f_back
-    return None
-
-
 def _always_compile():
     try:
         from triton import knobs
@@ -308,7 +307,9 @@ def _make_class():
                 self._files = triton_cache.FileCacheManager(key)
                 return
             self._ctx = ctx
-            self._options = _compile_options()
+            inputs = _warm.compile_inputs(2)  # what the triton.compile asking was given, or None
+            self._options = inputs.get("options") if inputs else None
+            self._inputs = inputs if inputs and _recording() else None  # for the record of a compile
             self._group_keys = {}  # filename -> kiln key of its group, fixed at get_group
             self._staged = {}      # name -> (path, bytes) put for the group being compiled
             self._compiling = set()  # group filenames that missed here: their puts are staged
@@ -392,11 +393,25 @@ def _make_class():
                 _warn_once("store", "kiln could not store a Triton kernel (%s); it will compile again" % e)
                 return group.get(filename)
             paths = dict(stored["files"])
+            if self._inputs is not None:
+                self._record(filename)
             # The compile goes on with the stored copies (CompiledKernel reads them next).
             for name in group:
                 group[name] = paths[name]
             self._clear_stage()
             return paths.get(filename)
+
+        def _record(self, filename):
+            # What `kiln warm --triton` compiles again (kiln/triton_warm.py); a record that cannot
+            # be stored costs the run nothing but the warning.
+            try:
+                record = _warm.make_record(self._inputs, self.key, filename, _driver_target())
+                _warm.store_record(self._ctx, record, toolchain)
+            except Exception as e:
+                _warn_once("record", "kiln could not record a Triton compile for `kiln warm --triton` (%s: %s)"
+                           % (type(e).__name__, e))
+            finally:
+                self._inputs = None
 
         def get_file(self, filename):
             if self._files is not None:

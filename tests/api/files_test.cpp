@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -120,6 +121,32 @@ TEST_F(FilesTest, TheFirstWriterWinsWhenAsked) {
   EXPECT_EQ(slurp(kept.files[0].second), "rank 0");
   // Without keep_first a store replaces.
   EXPECT_EQ(slurp(ctx.store_files("triton-file", "t", second).files[0].second), "rank 1");
+}
+
+TEST_F(FilesTest, ListingAKindGivesEachOfItsGroupsCheckedAndLeavesOutADamagedOne) {
+  kiln::Context ctx(none());
+  EXPECT_TRUE(ctx.list_files("triton-record").empty());
+  kiln::FileGroup a = ctx.store_files("triton-record", "a", {{"record.json", "{\"a\": 1}"}}, {"k", "cuda:sm_90"});
+  kiln::FileGroup b = ctx.store_files("triton-record", "b", {{"record.json", "{\"b\": 2}"}}, {"k", "cuda:sm_80"});
+  ctx.store_files("triton-group", "a", k_group);  // another kind: not listed
+  std::vector<kiln::FileGroup> listed = ctx.list_files("triton-record");
+  ASSERT_EQ(listed.size(), 2u);
+  std::set<std::string> contents;
+  for (const kiln::FileGroup& g : listed) {
+    ASSERT_EQ(g.files.size(), 1u);
+    EXPECT_EQ(g.files[0].first, "record.json");
+    contents.insert(slurp(g.files[0].second));
+  }
+  EXPECT_EQ(contents, (std::set<std::string>{"{\"a\": 1}", "{\"b\": 2}"}));
+  // One damaged: left out of the listing (and removed), the other still listed.
+  std::string blob = m_cache.path() + "/blobs/" + a.key.substr(0, 2) + "/" + a.key + ".blob";
+  std::string bytes = slurp(blob);
+  bytes[bytes.size() / 2] ^= 0x5a;
+  spit(blob, bytes);
+  listed = ctx.list_files("triton-record");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].key, b.key);
+  EXPECT_THROW(ctx.list_files("Not A Kind"), kiln::Error);
 }
 
 TEST_F(FilesTest, BadKindsKeysAndNamesAreRefusedWithTheReason) {

@@ -77,8 +77,19 @@ def finish(proc, timeout=600):
     return done
 
 
-def blobs(cache_dir):
-    return sorted(glob.glob(os.path.join(str(cache_dir), "blobs", "*", "*.blob")))
+def blobs(cache_dir, kind=None):
+    """The cache's blob files: all, or those of artifacts of `kind` (a kernel's group has its
+    record beside it, kind triton-record: tests/python/test_triton_warm.py)."""
+    found = sorted(glob.glob(os.path.join(str(cache_dir), "blobs", "*", "*.blob")))
+    if kind is None:
+        return found
+    import sqlite3
+    with sqlite3.connect(os.path.join(str(cache_dir), "index.sqlite")) as db:
+        keys = {k.hex() for (k,) in db.execute("SELECT key FROM artifacts WHERE kind = ?", (kind,))}
+    return [b for b in found if os.path.basename(b)[:-len(".blob")] in keys]
+
+
+GROUP = "triton-group"
 
 
 def redis_cli_keys(url, pattern):
@@ -180,8 +191,8 @@ def test_tutorial_kernels_compile_once_then_a_second_process_compiles_nothing_an
     env = triton_env(tmp_path / "kiln", tmp_path)
     first = compile_in_child(env, ALL)
     assert first["compiles"] == 4 and first["hits"] == 0
-    # One artifact per kernel, each a whole group in its own folder of the cache.
-    assert len(blobs(tmp_path / "kiln")) == 4
+    # One artifact per kernel, each a whole group in its own folder of the cache (and its record).
+    assert len(blobs(tmp_path / "kiln", GROUP)) == 4 and len(blobs(tmp_path / "kiln")) == 8
     for name, path in first["paths"].items():
         assert path.startswith(str(tmp_path / "kiln" / "files")), path
         assert sorted(f.rsplit(".", 1)[1] for f in os.listdir(os.path.dirname(path))) == [
@@ -198,7 +209,7 @@ def test_tutorial_kernels_compile_once_then_a_second_process_compiles_nothing_an
     # The cache lists them as Triton's, with their target.
     import sqlite3
     with sqlite3.connect(str(tmp_path / "kiln" / "index.sqlite")) as db:
-        rows = sorted(db.execute("SELECT op, kind, target FROM artifacts").fetchall())
+        rows = sorted(db.execute("SELECT op, kind, target FROM artifacts WHERE kind = 'triton-group'").fetchall())
     assert rows == [("_layer_norm_fwd_fused", "triton-group", "cuda:sm_90"), ("add_kernel", "triton-group", "cuda:sm_90"),
                     ("matmul_kernel", "triton-group", "cuda:sm_90"), ("softmax_kernel", "triton-group", "cuda:sm_90")]
 
@@ -224,7 +235,7 @@ def test_eight_processes_missing_at_once_give_one_compile(tmp_path):
     results = [result_of(finish(p)) for p in procs]
     assert sum(r["compiles"] for r in results) == 1
     assert len({r["cubins"]["layer_norm"] for r in results}) == 1
-    assert len(blobs(tmp_path / "kiln")) == 1
+    assert len(blobs(tmp_path / "kiln", GROUP)) == 1
 
 
 @needs_triton
@@ -240,7 +251,7 @@ def test_a_damaged_artifact_is_a_miss_and_rebuilt_and_a_damaged_copy_of_its_file
     with open(cubin, "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == first["cubins"]["add"]
     # The artifact itself damaged: a miss (said once), compiled again, and stored whole again.
-    (blob,) = blobs(tmp_path / "kiln")
+    (blob,) = blobs(tmp_path / "kiln", GROUP)
     data = bytearray(open(blob, "rb").read())
     data[len(data) // 2] ^= 0xFF
     with open(blob, "wb") as f:
@@ -415,7 +426,8 @@ def test_a_bundle_carries_tritons_kernels_to_a_node_that_compiles_nothing(tmp_pa
     run = lambda cache, *args: subprocess.run([cli, "cache"] + list(args), env=dict(os.environ, KILN_CACHE_DIR=str(cache)),
                                               capture_output=True, text=True, check=True)
     run(tmp_path / "warm", "pack", bundle)
-    assert "imported 2 artifacts" in run(tmp_path / "node", "unpack", bundle).stdout
+    # The two groups and the records of their compiles (tests/python/test_triton_warm.py).
+    assert "imported 4 artifacts" in run(tmp_path / "node", "unpack", bundle).stdout
     listed = run(tmp_path / "node", "ls").stdout
     assert "add_kernel" in listed and "triton-group" in listed and "cuda:sm_90" in listed
     loaded = compile_in_child(triton_env(tmp_path / "node", tmp_path), ["add", "softmax"])
@@ -459,8 +471,9 @@ def test_triton_told_to_always_compile_compiles_and_keeps_one_group_per_kernel(t
     # Its files went into the group again, never one artifact per file.
     import sqlite3
     with sqlite3.connect(str(tmp_path / "kiln" / "index.sqlite")) as db:
-        assert db.execute("SELECT op, kind FROM artifacts").fetchall() == [("add_kernel", "triton-group")]
-    (folder,) = glob.glob(str(tmp_path / "kiln" / "files" / "*" / "*"))
+        assert sorted(db.execute("SELECT op, kind FROM artifacts").fetchall()) == [("add_kernel", "triton-group"),
+                                                                                  ("add_kernel", "triton-record")]
+    (folder,) = [f for f in glob.glob(str(tmp_path / "kiln" / "files" / "*" / "*")) if "record.json" not in os.listdir(f)]
     assert sorted(os.listdir(folder)) == ["add_kernel.cubin", "add_kernel.json", "add_kernel.source"]
 
 

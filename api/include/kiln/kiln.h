@@ -402,6 +402,10 @@ class KILN_API Context {
   // stays and is returned (the first writer wins: autotuning results every rank must share).
   FileGroup store_files(const std::string& kind, const std::string& key, const std::vector<std::pair<std::string, std::string>>& files,
                         const ArtifactInfo& info = {}, Claim* claim = nullptr, bool keep_first = false);
+  // Every group of `kind` in this node's cache (not the remote tiers: they cannot be listed),
+  // each read, checked and handed out as find_files hands it out; a damaged one is left out (and
+  // removed). What `kiln warm --triton` replays: the records a run kept (kind triton-record).
+  std::vector<FileGroup> list_files(const std::string& kind);
 
   // Device memory.
   void* allocate(size_t bytes);
