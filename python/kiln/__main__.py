@@ -1,7 +1,8 @@
 """`kiln` from a pip-installed package: `python -m kiln ARGS` and the `kiln` script pip puts on
 PATH both run the kiln program the wheel carries (kiln/bin/kiln; in a build tree, build/bin/kiln),
 with the same arguments, standard streams and exit status; but `kiln warm --triton`, which
-compiles Triton's kernels again, runs in this Python (kiln/triton_warm.py)."""
+compiles Triton's kernels again, and `kiln warm --torch`, which makes the installed torch's header
+artifacts, run in this Python (kiln/triton_warm.py, kiln/inductor.py)."""
 import os
 import sys
 
@@ -32,10 +33,14 @@ def triton_warm(argv):
             i += 1
         else:
             return None
-    if argv[i:i + 1] != ["warm"] or "--triton" not in argv[i + 1:]:
+    if argv[i:i + 1] != ["warm"] or ("--triton" not in argv[i + 1:] and "--torch" not in argv[i + 1:]):
         return None
     os.environ.update(env)
     rest = list(argv[i + 1:])
+    if "--torch" in rest:
+        rest.remove("--torch")
+        from kiln import inductor
+        return inductor.warm_headers(rest)
     rest.remove("--triton")
     from kiln import triton_warm as warm
     return warm.main(rest)

@@ -28,6 +28,7 @@ backend ("kiln", registered through the `torch_dynamo_backends` entry point that
 turns it on from the torch.compile call itself, with nothing run at interpreter start.
 """
 import hashlib
+import sys
 import logging
 import os
 import re
@@ -351,3 +352,53 @@ def backend(gm, example_inputs, **kwargs):
     from torch._inductor.compile_fx import compile_fx
 
     return compile_fx(gm, example_inputs, **kwargs)
+
+
+def warm_headers(argv=()):
+    """`kiln warm --torch`: makes the header artifacts a node's first torch extension and first
+    compiled model need, for the torch installed here, and stores them (and publishes them to
+    the remote tiers): torch/extension.h's precompiled header for extensions built with
+    torch's default flags (no extra_cflags), and, under torch 2.x, Inductor's for this machine's
+    CPU flags (a small model compiled through kiln.inductor). Returns the exit status."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="kiln warm --torch", description=warm_headers.__doc__)
+    parser.add_argument("-q", "--quiet", action="store_true", help="say nothing on success")
+    args = parser.parse_args(list(argv))
+    say = (lambda *a: None) if args.quiet else (lambda msg: print("kiln warm --torch: " + msg, flush=True))
+    with tempfile.TemporaryDirectory(prefix="kiln-warm-torch-") as tmp:
+        # Inductor reads its folder when it first needs it: a private one, so nothing is a hit.
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
+        os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+        import torch
+
+        from . import KilnError
+        from . import torch as kiln_torch
+
+        src = os.path.join(tmp, "kiln_warm_torch.cpp")
+        with open(src, "w") as f:
+            f.write("#include <torch/extension.h>\nint kiln_warm_torch() { return 0; }\n")
+        try:
+            # Two units: the precompiled header is built first, not beside the compile.
+            second = os.path.join(tmp, "kiln_warm_torch_2.cpp")
+            with open(second, "w") as f:
+                f.write("#include <torch/extension.h>\nint kiln_warm_torch_2() { return 0; }\n")
+            kiln_torch._build("kiln_warm_torch", [src, second], None, None, None, "", False)
+        except KilnError as e:
+            print("kiln warm --torch: torch/extension.h does not build here: %s" % e, file=sys.stderr)
+            return 1
+        say("torch %s: torch/extension.h's precompiled header is stored" % torch.__version__)
+        if int(torch.__version__.split(".")[0]) < 2 or not hasattr(torch, "compile"):
+            say("torch %s has no Inductor: nothing more to make" % torch.__version__)
+            return 0
+        install()
+        try:
+            compiled = torch.compile(lambda x: torch.relu(x @ x).sum(-1) + x.softmax(-1).mean())
+            compiled(torch.randn(16, 16))
+        except Exception as e:  # Inductor's own failure: say it, the extension's header is made
+            print("kiln warm --torch: Inductor's compile failed: %s" % e, file=sys.stderr)
+            return 1
+        done = stats()
+        say("Inductor's precompiled headers for this CPU are stored (%d kernel modules built through kiln)" % done["kiln"])
+    return 0

@@ -251,3 +251,26 @@ def test_a_fresh_nodes_first_extension_fetches_torchs_precompiled_headers_from_r
     assert "precompiled header for kiln_pch_two from a remote tier" in second.stderr, second.stderr[-3000:]
     kinds = sorted(r[0] for r in sqlite_rows(str(tmp_path / "node2"), "select kind from artifacts"))
     assert kinds == ["host-so", "pch"], kinds
+
+
+def test_kiln_warm_torch_stores_the_header_artifacts_a_first_extension_and_model_need(tmp_path):
+    cache = tmp_path / "kiln"
+    done = subprocess.run([sys.executable, "-m", "kiln", "warm", "--torch"], capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, KILN_CACHE_DIR=str(cache), KILN_REMOTE_CACHE="",
+                                   PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "torch/extension.h's precompiled header is stored" in done.stdout
+    ops = [r[0] for r in sqlite_rows(str(cache), "select op from artifacts where kind = 'pch'")]
+    assert "(pch) kiln_warm_torch" in ops, ops
+    import torch
+    if int(torch.__version__.split(".")[0]) >= 2:
+        assert "Inductor's precompiled headers for this CPU are stored" in done.stdout
+        assert len(ops) >= 2, ops  # Inductor's prelude too, with this machine's flags
+    else:
+        assert "has no Inductor" in done.stdout
+    # A first extension then uses the stored header: it builds none.
+    first = run_python("""
+        import kiln.torch
+        kiln.torch.load(name="kiln_after_warm", sources=[%r])
+    """ % LLTM, env={"KILN_CACHE_DIR": str(cache), "KILN_LOG": "debug", "KILN_REMOTE_CACHE": ""})
+    assert "pch: found" in first.stderr, first.stderr[-3000:]
