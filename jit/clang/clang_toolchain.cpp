@@ -853,7 +853,11 @@ class ClangToolchain final : public Toolchain {
     auto work = [&] {
       for (size_t i; (i = next.fetch_add(1)) < n;) {
         const SourceFile& source = request.sources[i];
-        if (request.host_library && is_cuda_source(source.path))
+        if (auto prebuilt = request.prebuilt_objects.find(i); prebuilt != request.prebuilt_objects.end()) {
+          objects[i].path = source.path;  // compiled by another compiler (nvcc): linked as it is
+          objects[i].bytes.assign(prebuilt->second.begin(), prebuilt->second.end());
+          compiled[i] = 1;
+        } else if (request.host_library && is_cuda_source(source.path))
           compiled[i] = compile_cuda_unit(source, request, *consumers[i], parts[i], objects[i]);
         else if (split)
           compiled[i] = compile_host_split(source, i, request, pch_for(request, i), *consumers[i], parts[i], split_objects[i], codegen_threads);
@@ -869,6 +873,7 @@ class ClangToolchain final : public Toolchain {
     bool ok = true;
     for (size_t i = 0; i < n; ++i) {
       ok = ok && compiled[i];
+      if (!compiled[i]) result.failed_sources.push_back(i);
       // A CUDA source's device passes first (kept in its part), then what its host pass said.
       std::vector<Diagnostic> d = std::move(parts[i].diagnostics);
       std::set<std::string> seen;
