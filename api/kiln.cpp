@@ -282,6 +282,8 @@ Library Context::build_library(const LibraryOptions& options) {
   out.log = outcome.log;
   out.warnings = outcome.warnings;
   out.precompiled_headers_used = outcome.pch_used;
+  out.route = outcome.route;
+  out.nvcc_sources = outcome.nvcc_sources;
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "cache/key_lock.h"
 #include "jit/hiprtc/hiprtc_toolchain.h"
 #include "jit/nvrtc/nvrtc_toolchain.h"
+#include "builders/nvcc_route.h"
 #include "jit/toolchain_loader.h"
 #include "runtime/registry.h"
 #include "support/install_paths.h"
@@ -461,6 +462,7 @@ static std::string first_error(const BuildOutcome& out) {
 // store, and in this process), so the next build goes straight to the route that works.
 Result<BuildOutcome> Ops::build(const OpSpec& spec, const Target& target) {
   KILN_ASSIGN_OR_RETURN(Inputs first, inputs_for(spec, target));
+  if (spec.library && jit::has_cuda_sources(first.request.compile)) return build_cuda_library(spec, target, std::move(first));
   if (target.backend != "cuda" || !first.request.cuda_route_auto) return build_route(spec, target, std::move(first));
   const Hash128 first_key = first.key.key;
   const std::string chosen = first.request.cuda_toolchain;
@@ -498,6 +500,8 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
   out.op = spec.name;
   out.target = target.str();
   if (target.backend == "cuda") out.route = in.request.cuda_toolchain;
+  if (jit::has_cuda_sources(in.request.compile)) out.route = in.nvcc ? "nvcc" : "clang";
+  for (size_t i : in.nvcc_sources) out.nvcc_sources.push_back(in.request.compile.sources[i].path);
   out.target = in.request.target.str();
   out.warnings = in.request.notes;
   BuildRequest& request = in.request;
@@ -529,7 +533,7 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
   // Stored precompiled headers for the sources' include prefixes, or their builds started.
   PchUse pch;
   if (m_pchs && !nvrtc && !in.hiprtc)
-    pch = m_pchs->prepare(request, identity, [&]() -> jit::Toolchain* {
+    pch = m_pchs->prepare(request, in.nvcc ? in.clang_identity : identity, [&]() -> jit::Toolchain* {
       auto loaded = load_toolchain();
       return loaded.ok() ? loaded.value() : nullptr;
     });
@@ -546,7 +550,9 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
                                              std::to_string(request.compile.sources.size()) + " sources" + options +
                                              (pch.used ? ", " + std::to_string(pch.used) + " precompiled headers" : ""));
   }
-  jit::CompileResult compiled = toolchain->compile(request.compile);
+  jit::CompileResult compiled = in.nvcc ? compile_with_nvcc_objects(*toolchain, request.compile, in.nvcc_sources, *in.nvcc, spec.name)
+                                        : toolchain->compile(request.compile);
+  out.failed_sources = compiled.failed_sources;
   KILN_LOG_AT(kInfo, "compile", "op " + spec.name + ": " + (compiled.success ? "compiled" : "failed") + " in " +
                                     std::to_string(compiled.compile_ms) + " ms");
   request.compile.precompiled_headers.clear();

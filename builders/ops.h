@@ -31,6 +31,7 @@
 #include "cache/remote.h"
 #include "cache/settings.h"
 #include "cache/store.h"
+#include "jit/nvcc/nvcc_compiler.h"
 #include "jit/toolchain.h"
 #include "runtime/accelerator.h"
 
@@ -61,8 +62,13 @@ struct BuildOutcome {
   std::optional<size_t> headers_parsed;
   // CUDA targets: the route that made the artifact ("nvrtc" or "clang"), and, when the default
   // route ("auto") compiled it another way because its first choice failed, that first choice.
+  // A host library with CUDA sources: "clang", or "nvcc" when some of them were compiled by the
+  // toolkit's nvcc because Clang's CUDA path refused them (nvcc_sources: their paths).
   std::string route;
   std::string fallback_from;
+  std::vector<std::string> nvcc_sources;
+  // A host library whose compile failed: the indexes of the sources that did not compile.
+  std::vector<size_t> failed_sources;
   std::string kind;
   std::string artifact;  // the bytes (empty after load)
   std::vector<runtime::KernelSignature> kernels;
@@ -253,6 +259,11 @@ class Ops {
     bool hiprtc = false;
     std::string identity;
     KeyParts key;
+    // A host library's CUDA sources that nvcc compiles (builders/nvcc_route.cpp), by index;
+    // `identity` then names nvcc too, and clang_identity is the Clang toolchain's alone.
+    std::vector<size_t> nvcc_sources;
+    std::optional<jit::Nvcc> nvcc;
+    std::string clang_identity;
   };
   // `cuda_route` ("nvrtc" or "clang"), when not empty, replaces the route "auto" chose.
   Result<Inputs> inputs_for(const OpSpec& spec, const Target& target, const std::string& cuda_route = "");
@@ -260,6 +271,15 @@ class Ops {
   Result<BuildOutcome> build_route(const OpSpec& spec, const Target& target, Inputs in);
   // Where the fact that a route failed for some inputs is kept (the store's manifests, under a
   // key derived from the failed route's input key), and this process's memory of it.
+  // A host library with CUDA sources (nvcc_route.cpp): Clang's CUDA path, and for each .cu
+  // source it refuses, the toolkit's nvcc, as the last resort; a source Clang refused is
+  // remembered (failed_route_note of clang_unit_key), so the next build goes straight to nvcc.
+  Result<BuildOutcome> build_cuda_library(const OpSpec& spec, const Target& target, Inputs first);
+  // `in` with sources `nvcc_sources` compiled by `nvcc`: its identity and key name nvcc.
+  static void route_through_nvcc(Inputs& in, std::vector<size_t> nvcc_sources, const jit::Nvcc& nvcc);
+  // What decides whether Clang compiles source `index` of a library: the toolchain, the CUDA
+  // options and the source (not the library's other sources).
+  static Hash128 clang_unit_key(const Inputs& in, size_t index);
   static Hash128 failed_route_note(const Hash128& input_key);
   bool route_failed_before(const Hash128& input_key);
   void remember_failed_route(const Hash128& input_key, const std::string& why);

@@ -51,6 +51,10 @@ struct CompileRequest {
   // object embeds and registers with the CUDA runtime when the library loads.
   std::vector<std::string> cuda_flags;
   std::vector<std::string> cuda_archs;
+  // A host library's sources compiled by another compiler (the CUDA toolkit's nvcc, where
+  // Clang's CUDA path refused a .cu source: jit/nvcc/nvcc_compiler.h): by source index, the
+  // object to link in that source's place. Not owned; they outlive the compile.
+  std::map<size_t, std::string_view> prebuilt_objects;
 
   // What to make: the artifact, or a precompiled header of sources[0] (whose text is an include
   // prefix) that later compiles with the same options can use. Toolchains that cannot say so
@@ -107,6 +111,8 @@ struct CompileResult {
   // the header may appear (a new file in an include folder) without any input changing.
   std::vector<std::string> missing_files;
   std::string log;        // the compiler's output, as text
+  // A host library: the indexes of the sources that did not compile, ascending.
+  std::vector<size_t> failed_sources;
   double compile_ms = 0;
   // How many header files the compiler's preprocessor read itself, not through a precompiled
   // header: 0 when a PCH stood for every header. Empty when the toolchain does not say (NVRTC).

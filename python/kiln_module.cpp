@@ -451,6 +451,8 @@ PYBIND11_MODULE(_kiln, m) {
             out["log"] = lib.log;
             out["warnings"] = lib.warnings;
             out["precompiled_headers_used"] = lib.precompiled_headers_used;
+            out["route"] = lib.route;
+            out["nvcc_sources"] = lib.nvcc_sources;
             return out;
           },
           py::arg("name"), py::arg("sources"), py::arg("include_dirs") = std::vector<std::string>{},

@@ -1,6 +1,6 @@
 // What the in-process Clang toolchain adds to a CUDA compile so that CUDA written for nvcc compiles:
 // nvcc's version macros and kiln's compatibility header (cuda_compat_header.inc).
-// Private to jit/clang/clang_toolchain.cpp (included once, inside its translation unit).
+// Private to the in-process Clang toolchain (jit/clang/): included by its stages' translation units.
 #pragma once
 
 #include <string>
@@ -8,8 +8,7 @@
 
 #include "support/cuda_toolkit.h"
 
-namespace kiln::jit {
-namespace {
+namespace kiln::jit::stages {
 
 // kiln's CUDA compatibility header (cuda_compat_header.inc): what NVIDIA's headers give nvcc and
 // Clang's CUDA headers lack. Where it appears to Clang: in the in-memory file system, in the
@@ -22,7 +21,7 @@ constexpr const char* k_cuda_compat_path = "/kiln-precompiled/kiln_cuda_compat.h
 // code by __CUDACC_VER_MAJOR__. Without it DeepSpeed's memory_access_utils.h takes its pre-CUDA-11
 // branch, whose inline PTX lacks a ';' after cvta.to.shared: ptxas then refused the PTX with
 // "Parsing error near 'cvt'" (quantizer, random_ltd, inference_core_ops, transformer_inference).
-const std::vector<std::string>& cuda_version_defines() {
+inline const std::vector<std::string>& cuda_version_defines() {
   static const std::vector<std::string> defines = [] {
     std::vector<std::string> out;
     auto headers = cuda_headers_at(cuda_toolkit_root());
@@ -37,5 +36,4 @@ const std::vector<std::string>& cuda_version_defines() {
   return defines;
 }
 
-}  // namespace
-}  // namespace kiln::jit
+}  // namespace kiln::jit::stages

@@ -1,6 +1,6 @@
 // The in-process Clang toolchain's dependency stage: every file a compile read (what completes the
 // cache key), the #includes that found nothing, and what the preprocessor parsed itself.
-// Private to jit/clang/clang_toolchain.cpp (included once, inside its translation unit).
+// Private to the in-process Clang toolchain (jit/clang/): included by its stages' translation units.
 #pragma once
 
 #include <memory>
@@ -12,8 +12,7 @@
 #include <clang/Lex/PPCallbacks.h>
 #include <clang/Lex/Preprocessor.h>
 
-namespace kiln::jit {
-namespace {
+namespace kiln::jit::stages {
 
 // Records every file the preprocessor entered, system headers included: all of them can
 // change the artifact, so all of them enter the cache key. An #include that found nothing is
@@ -54,5 +53,4 @@ class AllDependencies final : public clang::DependencyCollector {
   std::set<std::string> m_entered;
 };
 
-}  // namespace
-}  // namespace kiln::jit
+}  // namespace kiln::jit::stages

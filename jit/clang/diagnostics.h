@@ -1,6 +1,6 @@
 // The in-process Clang toolchain's diagnostics stage: every diagnostic Clang reports kept as data
 // (file, line, column, severity, message) and as the text a compiler would have printed.
-// Private to jit/clang/clang_toolchain.cpp (included once, inside its translation unit).
+// Private to the in-process Clang toolchain (jit/clang/): included by its stages' translation units.
 #pragma once
 
 #include <string>
@@ -12,10 +12,9 @@
 
 #include "jit/toolchain.h"
 
-namespace kiln::jit {
-namespace {
+namespace kiln::jit::stages {
 
-Diagnostic::Severity severity_of(clang::DiagnosticsEngine::Level level) {
+inline Diagnostic::Severity severity_of(clang::DiagnosticsEngine::Level level) {
   switch (level) {
     case clang::DiagnosticsEngine::Note:
     case clang::DiagnosticsEngine::Remark: return Diagnostic::Severity::kNote;
@@ -80,12 +79,11 @@ class CollectingConsumer final : public clang::DiagnosticConsumer {
 };
 
 // The compiler's diagnostics first, then those kiln added (linking, validation); and its log.
-void collect_diagnostics(CollectingConsumer& consumer, CompileResult& result) {
+inline void collect_diagnostics(CollectingConsumer& consumer, CompileResult& result) {
   std::vector<Diagnostic> diagnostics = consumer.take_diagnostics();
   diagnostics.insert(diagnostics.end(), result.diagnostics.begin(), result.diagnostics.end());
   result.diagnostics = std::move(diagnostics);
   result.log = consumer.text();
 }
 
-}  // namespace
-}  // namespace kiln::jit
+}  // namespace kiln::jit::stages

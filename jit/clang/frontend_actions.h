@@ -1,6 +1,6 @@
 // The in-process Clang toolchain's frontend actions beyond Clang's own: the precompiled-header
 // actions (what a PCH keeps for CUDA and for C++) and preprocessing into a stream of kiln's.
-// Private to jit/clang/clang_toolchain.cpp (included once, inside its translation unit).
+// Private to the in-process Clang toolchain (jit/clang/): included by its stages' translation units.
 #pragma once
 
 #include <memory>
@@ -17,8 +17,7 @@
 #include <clang/Sema/Sema.h>
 #include <clang/Sema/SemaConsumer.h>
 
-namespace kiln::jit {
-namespace {
+namespace kiln::jit::stages {
 
 // A consumer that sees Sema at the end of a PCH's prefix, before the PCH writer (the next
 // consumer) writes what Sema holds: what it changes there is what the PCH keeps.
@@ -117,5 +116,4 @@ class PreprocessInto final : public clang::PreprocessorFrontendAction {
   llvm::raw_ostream& m_out;
 };
 
-}  // namespace
-}  // namespace kiln::jit
+}  // namespace kiln::jit::stages

@@ -441,6 +441,8 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cf
             if cuda:
                 print("kiln: extension %s: CUDA sources for %s with %s" % (module_name, ", ".join(cuda["archs"]), " ".join(cuda["flags"])),
                       flush=True)
+                if built.get("route") == "nvcc":  # Clang's CUDA path refused them: the toolkit's nvcc compiled them
+                    print("kiln: extension %s: compiled by nvcc: %s" % (module_name, ", ".join(built["nvcc_sources"])), flush=True)
             for w in built["warnings"]:
                 print("kiln: " + w, flush=True)
         module = _import(module_name, built["path"], is_python_module)

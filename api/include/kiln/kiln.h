@@ -298,6 +298,10 @@ struct Library {
   std::string log;                    // the compiler's output, when it compiled
   std::vector<std::string> warnings;  // e.g. the cache could not be written
   size_t precompiled_headers_used = 0;
+  // A library with CUDA sources: "clang" (Clang's CUDA path, in-process), or "nvcc" when the
+  // toolkit's nvcc compiled the sources Clang refused (`nvcc_sources`), as the last resort.
+  std::string route;
+  std::vector<std::string> nvcc_sources;
 };
 
 // ---- Artifacts that another compiler makes, kept by kiln (Triton's kernels: the group of files

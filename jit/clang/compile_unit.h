@@ -1,0 +1,84 @@
+// The in-process Clang toolchain's first stage: one source through Clang's driver (no subprocess),
+// a CompilerInvocation and a CompilerInstance, into an object, PTX, an LLVM module, a precompiled
+// header or preprocessed text (Make). Every other stage (split_codegen.h, device_link.h,
+// cuda_fat_binary.h, clang_toolchain.cpp) calls compile_one; the types they share are here.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <clang/Frontend/CompilerInvocation.h>
+#include <llvm/ADT/SmallString.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include "jit/clang/diagnostics.h"
+#include "jit/toolchain.h"
+
+namespace kiln::jit::stages {
+
+// The driver finds its resource headers (stddef.h, immintrin.h, ...) relative to the path it is
+// given (clang_driver_path(): the wheel's bundled prefix, else the system's LLVM); nothing is ever
+// executed from it.
+constexpr const char* k_host_triple = "x86_64-pc-linux-gnu";
+
+inline std::string march_for(const std::string& target) {
+  // "cpu:x86-64-v3" -> "x86-64-v3"; the target was validated by builders.
+  auto pos = target.find(':');
+  return pos == std::string::npos ? "x86-64" : target.substr(pos + 1);
+}
+
+struct ObjectFile {
+  std::string path;  // the source it came from
+  llvm::SmallString<0> bytes;
+};
+
+// Where a precompiled header handed in by the caller appears to Clang: in the in-memory file
+// system, never on disk.
+constexpr const char* k_pch_dir = "/kiln-precompiled";
+constexpr const char* k_pch_path = "/kiln-precompiled/prefix.pch";
+
+// What compile_one makes of a source: code (an object, or PTX for CUDA), or a precompiled
+// header of it (its text is an include prefix).
+enum class Make { kCode, kPrecompiledHeader, kModule, kPreprocessed };
+
+// Make::kModule: the optimised LLVM module of a source, in `context`, and what the target
+// machine that generates its code must be (CUDA sources linked into one module).
+struct ModuleOut {
+  llvm::LLVMContext* context = nullptr;
+  std::unique_ptr<llvm::Module> module;
+  std::string triple, cpu;
+  std::vector<std::string> features;
+  std::shared_ptr<clang::CompilerInvocation> invocation;  // what made it: its code generation options
+};
+
+// A host library's CUDA source compiles in passes (kiln's in-process stand-in for what nvcc or
+// Clang's driver does with subprocesses): device code for each architecture, as PTX; then the
+// host code, into which Clang's CUDA code generation embeds the fat binary made of the device
+// code (-fcuda-include-gpubinary) with a constructor that registers it and its kernels with the
+// CUDA runtime when the library is loaded.
+struct CudaPass {
+  int device_sm = 0;        // > 0: the device pass for sm_<device_sm>; 0: the host pass
+  std::string_view fatbin;  // the host pass: the fat binary to embed
+};
+
+// Where the host pass finds the fat binary: in the in-memory file system, beside a PCH, in the
+// folder kept out of dependency lists.
+constexpr const char* k_fatbin_path = "/kiln-precompiled/device.fatbin";
+
+
+// Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
+// prefix, made by Make::kPrecompiledHeader with the same request options.
+bool compile_one(const SourceFile& source, const CompileRequest& request, std::string_view pch, Make make,
+                 CollectingConsumer& consumer, CompileResult& result, ObjectFile& object, ModuleOut* module_out = nullptr,
+                 const CudaPass* cuda_pass = nullptr);
+
+// The precompiled header handed in for source `source`, or none.
+inline std::string_view pch_for(const CompileRequest& request, size_t source) {
+  auto it = request.precompiled_headers.find(source);
+  return it == request.precompiled_headers.end() ? std::string_view() : it->second;
+}
+
+}  // namespace kiln::jit::stages

@@ -1,0 +1,178 @@
+// A host library's CUDA source into a host object: see cuda_fat_binary.h.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <atomic>
+
+#include <clang/Basic/Diagnostic.h>
+#include <clang/Basic/DiagnosticIDs.h>
+#include <clang/Basic/DiagnosticDriver.h>
+#include <clang/Basic/DiagnosticOptions.h>
+#include <clang/CodeGen/BackendUtil.h>
+#include <clang/CodeGen/CodeGenAction.h>
+#include <clang/Driver/Compilation.h>
+#include <clang/Driver/Driver.h>
+#include <clang/Driver/Tool.h>
+#include <clang/Frontend/CompilerInstance.h>
+#include <clang/Frontend/CompilerInvocation.h>
+#include <clang/Frontend/FrontendActions.h>
+#include <clang/Frontend/MultiplexConsumer.h>
+#include <clang/Lex/HeaderSearchOptions.h>
+#include <clang/Lex/PPCallbacks.h>
+#include <clang/Lex/Preprocessor.h>
+#include <clang/Sema/Scope.h>
+#include <clang/Sema/Sema.h>
+#include <clang/Sema/SemaConsumer.h>
+#include <clang/Lex/PreprocessorOptions.h>
+#include <clang/Frontend/TextDiagnosticPrinter.h>
+#include <clang/Frontend/Utils.h>
+#include <lld/Common/Driver.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Bitcode/BitcodeWriter.h>
+#include <llvm/IR/DataLayout.h>
+#include <llvm/IR/Constants.h>
+#include <llvm/Linker/Linker.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Target/TargetOptions.h>
+#include <llvm/TargetParser/Triple.h>
+#include <llvm/Transforms/Utils/SplitModule.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/VirtualFileSystem.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include "jit/clang/cuda_compat.h"
+#include "jit/clang/dependencies.h"
+#include "jit/clang/diagnostics.h"
+#include "jit/clang/frontend_actions.h"
+#include "jit/clang/cuda_fat_binary.h"
+#include "jit/nvrtc/nvjitlink.h"
+#include "jit/spirv/spirv_validate.h"
+#include "jit/toolchain.h"
+#include "support/cuda_fatbin.h"
+#include "support/cuda_module_format.h"
+#include "support/cuda_toolkit.h"
+#include "support/file_util.h"
+#include "support/opencl_program_format.h"
+#include "support/subprocess.h"
+
+
+namespace kiln::jit::stages {
+
+// "sm_90" -> 90 (a cubin), "compute_90" -> -90 (PTX); 0 for anything else.
+int cuda_arch_code(std::string_view arch) {
+  bool ptx = arch.rfind("compute_", 0) == 0;
+  if (!ptx && arch.rfind("sm_", 0) != 0) return 0;
+  std::string digits(arch.substr(ptx ? 8 : 3));
+  if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  int sm = std::atoi(digits.c_str());
+  return ptx ? -sm : sm;
+}
+
+// The architectures device code is compiled for: every sm and compute listed, ascending.
+std::vector<int> cuda_device_sms(const CompileRequest& request) {
+  std::set<int> sms;
+  for (auto& arch : request.cuda_archs)
+    if (int code = cuda_arch_code(arch)) sms.insert(code < 0 ? -code : code);
+  return {sms.begin(), sms.end()};
+}
+
+// A host library's CUDA source into a host object (see CudaPass): the device passes, one thread
+// per architecture; a cubin per "sm_" architecture from its own PTX by nvJitLink (each pass
+// compiled with that architecture's __CUDA_ARCH__, as nvcc's -gencode does), the PTX of each
+// "compute_" one; one fat binary of them; the host pass. What the compiler said goes into
+// `consumer` (the host pass) and `part` (the device passes' diagnostics, without repeats, and
+// their log when they failed or said something the host pass did not).
+bool compile_cuda_unit(const SourceFile& source, const CompileRequest& request, CollectingConsumer& consumer, CompileResult& part,
+                       ObjectFile& object) {
+  std::vector<int> sms = cuda_device_sms(request);
+  if (sms.empty()) {
+    part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0,
+                                "no CUDA architecture to compile this source for (cuda_archs is empty)"});
+    return false;
+  }
+  const size_t n = sms.size();
+  clang::DiagnosticOptions options;
+  options.ShowColors = false;
+  std::vector<std::unique_ptr<CollectingConsumer>> consumers;
+  for (size_t i = 0; i < n; ++i) consumers.push_back(std::make_unique<CollectingConsumer>(options));
+  std::vector<CompileResult> passes(n);
+  std::vector<ObjectFile> ptx(n);
+  std::vector<char> compiled(n, 0);
+  auto device = [&](size_t i) {
+    CudaPass pass{sms[i], {}};
+    compiled[i] = compile_one(source, request, {}, Make::kCode, *consumers[i], passes[i], ptx[i], nullptr, &pass);
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < n; ++i) threads.emplace_back(device, i);
+  device(0);
+  for (auto& t : threads) t.join();
+  bool ok = true;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < n; ++i) {
+    ok = ok && compiled[i];
+    bool news = false;
+    for (auto& d : consumers[i]->take_diagnostics())
+      if (seen.insert(d.to_string()).second) {
+        part.diagnostics.push_back(d);
+        news = news || d.severity != Diagnostic::Severity::kNote;
+      }
+    if (news || !compiled[i]) part.log += consumers[i]->text();
+    part.dependencies.insert(part.dependencies.end(), passes[i].dependencies.begin(), passes[i].dependencies.end());
+    part.missing_files.insert(part.missing_files.end(), passes[i].missing_files.begin(), passes[i].missing_files.end());
+  }
+  if (!ok) return false;
+  // nvJitLink reads PTX up to its NUL: a std::string has one after its bytes.
+  std::vector<std::string> ptx_text(n);
+  for (size_t i = 0; i < n; ++i) ptx_text[i].assign(ptx[i].bytes.data(), ptx[i].bytes.size());
+  // The device code: cubins (linked side by side), then PTX, as nvcc orders them.
+  std::vector<Result<std::string>> cubins(n, Result<std::string>(std::string()));
+  std::vector<bool> wants_cubin(n, false), wants_ptx(n, false);
+  for (auto& arch : request.cuda_archs) {
+    int code = cuda_arch_code(arch);
+    for (size_t i = 0; i < n; ++i)
+      if (sms[i] == (code < 0 ? -code : code)) (code < 0 ? wants_ptx : wants_cubin)[i] = true;
+  }
+  threads.clear();
+  for (size_t i = 0; i < n; ++i)
+    if (wants_cubin[i])
+      threads.emplace_back([&, i] { cubins[i] = link_cubin(ptx_text[i], sms[i]); });
+  for (auto& t : threads) t.join();
+  std::vector<FatbinImage> images;
+  for (size_t i = 0; i < n; ++i) {
+    if (!wants_cubin[i]) continue;
+    if (!cubins[i].ok()) {
+      part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0,
+                                  "the device code for sm_" + std::to_string(sms[i]) + " does not link: " + cubins[i].status().message()});
+      return false;
+    }
+    images.push_back({FatbinImage::Kind::kCubin, sms[i], *cubins[i]});
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (wants_ptx[i]) images.push_back({FatbinImage::Kind::kPtx, sms[i], ptx_text[i]});
+  auto fatbin = encode_fatbin(images);
+  if (!fatbin.ok()) {
+    part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0, fatbin.status().message()});
+    return false;
+  }
+  CudaPass host{0, *fatbin};
+  return compile_one(source, request, {}, Make::kCode, consumer, part, object, nullptr, &host);
+}
+
+}  // namespace kiln::jit::stages
