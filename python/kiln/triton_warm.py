@@ -240,11 +240,32 @@ def parse_target(text):
     raise ValueError("kiln warm --triton: target %r is not one it warms (cuda:sm_XX, e.g. cuda:sm_90)" % text)
 
 
+def _from_module(module, qualname):
+    """The @triton.jit function `qualname` of the imported `module`, through the wrappers
+    @triton.autotune and @triton.heuristics put around it; None when it is not there."""
+    from triton.runtime.jit import JITFunction
+    obj = sys.modules.get(module)
+    for part in qualname.split(".") if obj is not None else ():
+        obj = getattr(obj, part, None)
+    while obj is not None and not isinstance(obj, JITFunction):
+        obj = getattr(obj, "fn", None)
+    return obj
+
+
+def _registered(module, qualname):
+    """Triton's registry of JIT functions by "module:qualname" where it has one (3.9 does; 3.6,
+    on the lent GPU machines, does not), else the imported module's attribute."""
+    try:
+        from triton.runtime.jit import _triton_jit_function_registry as registry
+    except ImportError:
+        registry = {}
+    return registry.get("%s:%s" % (module, qualname)) or _from_module(module, qualname)
+
+
 def _jit_function(module, qualname, record_file):
-    from triton.runtime.jit import _triton_jit_function_registry as registry
-    name = "%s:%s" % (module, qualname)
-    if name in registry:
-        return registry[name]
+    found = _registered(module, qualname)
+    if found is not None:
+        return found
     if module == "__main__":
         raise Refused("%s is defined in a script run as __main__: kiln can replay a kernel from a module it can import "
                       "(move the kernel into a module, or import the script's kernels from one)" % qualname)
@@ -271,9 +292,10 @@ def _jit_function(module, qualname, record_file):
         raise
     except Exception as e:
         raise Refused("importing %s failed: %s: %s" % (module, type(e).__name__, e))
-    if name not in registry:
+    found = _registered(module, qualname)
+    if found is None:
         raise Refused("%s has no @triton.jit kernel %s (renamed or moved since the run?)" % (module, qualname))
-    return registry[name]
+    return found
 
 
 def _differences(record, here, fn, options, same_target):

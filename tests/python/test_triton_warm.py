@@ -301,3 +301,19 @@ def test_on_a_gpu_the_jits_kernels_warmed_elsewhere_run_with_no_compile(tmp_path
     cache_cli(tmp_path / "node", "unpack", str(tmp_path / "b"))
     again = result_of(run_python(run_kernels, env=triton_env(tmp_path / "node", tmp_path)))
     assert again["compiles"] == 0 and again["hits"] == 1
+
+
+@needs_triton
+def test_a_kernel_is_found_by_its_module_where_triton_keeps_no_registry():
+    # Triton 3.9 keeps its JIT functions in a registry by "module:qualname"; 3.6 (the lent GPU
+    # machines') has none, and the warm then walks the imported module, through @triton.autotune.
+    import triton_kernels
+    from kiln import triton_warm
+    from triton.runtime.jit import JITFunction
+    for name in ("add_kernel", "softmax_kernel", "matmul_kernel"):
+        found = triton_warm._from_module("triton_kernels", name)
+        assert isinstance(found, JITFunction) and found.fn.__name__ == name, name
+    wrapped = triton_kernels.matmul_kernel
+    assert not isinstance(wrapped, JITFunction) and triton_warm._from_module("triton_kernels", "matmul_kernel") is wrapped.fn
+    assert triton_warm._from_module("triton_kernels", "no_such_kernel") is None
+    assert triton_warm._from_module("no_such_module", "add_kernel") is None
