@@ -27,12 +27,13 @@ calling process (its process pool is for Triton), so patching this process is en
 backend ("kiln", registered through the `torch_dynamo_backends` entry point that pip installs)
 turns it on from the torch.compile call itself, with nothing run at interpreter start.
 """
+import functools
 import hashlib
-import sys
 import logging
 import os
 import re
 import shlex
+import sys
 import threading
 
 __all__ = ["install", "uninstall", "installed", "backend", "stats", "translate"]
@@ -82,7 +83,7 @@ def translate(cmd_line, torch_lib_dir=None):
     args = shlex.split(cmd_line) if isinstance(cmd_line, str) else list(cmd_line)
     if not args:
         raise Unhandled("an empty command")
-    sources, defines, includes, system_includes, flags, link_dirs, libs, prelude = [], [], [], [], [], [], [], []
+    sources, defines, system_includes, flags, link_dirs, libs, prelude = [], [], [], [], [], [], []
     linker_args = []
     output = None
     shared = openmp = header = False
@@ -166,11 +167,10 @@ def translate(cmd_line, torch_lib_dir=None):
         flags.append("-Xclang=-fopenmp")
         if "gomp" not in libs:
             link_flags.append("-l:libgomp.so.1")
-    return {"sources": sources, "openmp": openmp, "defines": defines, "include_dirs": includes, "system_include_dirs": system_includes,
+    return {"sources": sources, "openmp": openmp, "defines": defines, "system_include_dirs": system_includes,
             "flags": flags, "link_flags": link_flags, "prelude": prelude, "output": output}
 
 
-_PREFIX = "torch/csrc/inductor/cpp_prefix.h"
 _ONE_INCLUDE = re.compile(r"\s*#include\s*[<\"]([^>\"]+)[>\"]\s*")
 
 
@@ -236,10 +236,12 @@ def _prelude(source, included, defines):
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def _facts():
+    """What enters every kernel's key beside its inputs; fixed for the process, so made once."""
     from .torch import torch_facts
 
-    return torch_facts()["key"] + [("cpu", _cpu_identity()), ("inductor.route", "kiln.inductor 1")]
+    return tuple(torch_facts()["key"]) + (("cpu", _cpu_identity()), ("inductor.route", "kiln.inductor 1"))
 
 
 def _build(cmd_line, cwd):
@@ -267,10 +269,9 @@ def _build(cmd_line, cwd):
     try:
         lib = context("none").build_library(
             name, [absolute(s) for s in build["sources"]],
-            include_dirs=[absolute(p) for p in build["include_dirs"]],
             system_include_dirs=[absolute(p) for p in build["system_include_dirs"]],
             defines=build["defines"], flags=build["flags"], link_flags=build["link_flags"],
-            prelude=build["prelude"], facts=_facts(), root=root, output=output)
+            prelude=build["prelude"], facts=list(_facts()), root=root, output=output)
     except KilnError as e:
         if getattr(e, "code", "") != "compile_error":
             raise

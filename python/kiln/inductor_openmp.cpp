@@ -66,19 +66,21 @@ void run_region(void* data) {
   call_with(fork->argc, fork->fn, &gtid, &btid, fork->args, std::make_index_sequence<k_max_captures + 1>{});
 }
 
-void fork(kmp_int32 argc, Microtask fn, va_list ap, unsigned threads) {
+// Runs `fn` on a team of `threads` (0: the pool's default) with its captures, taken from `array`
+// when Clang passes them as one (parallel if), else from `ap`.
+void fork(kmp_int32 argc, Microtask fn, void* const* array, va_list* ap, unsigned threads) {
   if (argc < 0 || argc > k_max_captures) {
     std::fprintf(stderr, "kiln: an OpenMP parallel region captures %d variables; kiln's OpenMP bridge takes at most %d "
-                 "(set KILN_INDUCTOR=0 to build this kernel with Inductor's own compiler)\n", argc, k_max_captures);
+                 "(build this kernel with Inductor's own compiler: kiln.inductor.uninstall())\n", argc, k_max_captures);
     std::abort();
   }
   Fork f{fn, argc, {}};
-  for (int i = 0; i < argc; ++i) f.args[i] = va_arg(ap, void*);
+  for (int i = 0; i < argc; ++i) f.args[i] = array ? array[i] : va_arg(*ap, void*);
   GOMP_parallel(run_region, &f, threads, 0);
 }
 
 // libomp's schedule types that Clang passes for `for` loops.
-constexpr kmp_int32 k_static_chunked = 33, k_static = 34;
+constexpr kmp_int32 k_static_chunked = 33;  // every other schedule Clang passes here is static (34)
 
 // Narrows [*lower, *upper] (inclusive, step `incr`) to this thread's share, as libgomp does:
 // static: n/nth iterations each, the first n%nth threads one more; static with a chunk: chunks
@@ -130,7 +132,7 @@ KILN_OMP_HIDDEN void __kmpc_fork_call(ident_t*, kmp_int32 argc, Microtask fn, ..
   t_pushed_threads = 0;
   va_list ap;
   va_start(ap, fn);
-  fork(argc, fn, ap, threads);
+  fork(argc, fn, nullptr, &ap, threads);
   va_end(ap);
 }
 
@@ -138,14 +140,7 @@ KILN_OMP_HIDDEN void __kmpc_fork_call(ident_t*, kmp_int32 argc, Microtask fn, ..
 KILN_OMP_HIDDEN void __kmpc_fork_call_if(ident_t*, kmp_int32 argc, Microtask fn, kmp_int32 cond, void* args) {
   unsigned threads = cond ? t_pushed_threads : 1;
   t_pushed_threads = 0;
-  // Clang passes the captures as one array here.
-  Fork f{fn, argc, {}};
-  if (argc > k_max_captures) {
-    std::fprintf(stderr, "kiln: an OpenMP parallel region captures %d variables; at most %d\n", argc, k_max_captures);
-    std::abort();
-  }
-  for (int i = 0; i < argc; ++i) f.args[i] = static_cast<void**>(args)[i];
-  GOMP_parallel(run_region, &f, threads, 0);
+  fork(argc, fn, static_cast<void* const*>(args), nullptr, threads);  // the captures as one array
 }
 
 KILN_OMP_HIDDEN void __kmpc_for_static_init_4(ident_t*, kmp_int32, kmp_int32 s, kmp_int32* last, int32_t* lo, int32_t* up,
@@ -188,9 +183,9 @@ KILN_OMP_HIDDEN kmp_int32 __kmpc_reduce_nowait(ident_t*, kmp_int32, kmp_int32, s
   return 1;
 }
 KILN_OMP_HIDDEN void __kmpc_end_reduce_nowait(ident_t*, kmp_int32, int32_t*) { GOMP_critical_end(); }
-KILN_OMP_HIDDEN kmp_int32 __kmpc_reduce(ident_t*, kmp_int32, kmp_int32, size_t, void*, void (*)(void*, void*), int32_t*) {
-  GOMP_critical_start();
-  return 1;
+KILN_OMP_HIDDEN kmp_int32 __kmpc_reduce(ident_t* loc, kmp_int32 gtid, kmp_int32 n, size_t size, void* data,
+                                       void (*combine)(void*, void*), int32_t* lock) {
+  return __kmpc_reduce_nowait(loc, gtid, n, size, data, combine, lock);  // its barrier comes at the end
 }
 KILN_OMP_HIDDEN void __kmpc_end_reduce(ident_t*, kmp_int32, int32_t*) {
   GOMP_critical_end();
