@@ -307,12 +307,31 @@ FileGroup files_of(builders::Ops& ops, const cache::MappedArtifact& artifact, co
   if (!files.ok())
     throw Error("data_loss", "artifact " + artifact.record.key.hex() + " (" + artifact.record.kind + ") is not a group of files: " +
                                  files.status().message());
-  cache::MaterializedFiles placed = value_or_throw(cache::materialize_file_group(ops.store()->root(), artifact.record.key, files.value()));
+  cache::MaterializedFiles placed = value_or_throw(cache::materialize_file_group(
+      ops.store()->root(), artifact.record.key, files.value(), ops.store()->blob_path(artifact.record.key),
+      static_cast<int64_t>(artifact.record.compile_ms * 1000)));
   FileGroup out;
   out.key = artifact.record.key.hex();
   out.folder = std::move(placed.folder);
   out.files = std::move(placed.paths);
   out.cache_source = source;
+  return out;
+}
+
+// The hit that reads neither blob nor files: the group's folder as its stamp says it was
+// checked (cache/file_group.h), counted as a hit from the disk.
+std::optional<FileGroup> placed_files(builders::Ops& ops, const Hash128& key) {
+  cache::Store& store = *ops.store();
+  std::optional<cache::PlacedFiles> placed = cache::placed_file_group(store.root(), key, store.blob_path(key));
+  if (!placed) return std::nullopt;
+  store.count_hit(key);
+  store.count(cache::Counter::kHitsDisk);
+  store.count(cache::Counter::kCompileUsSaved, placed->compile_us);
+  FileGroup out;
+  out.key = key.hex();
+  out.folder = std::move(placed->files.folder);
+  out.files = std::move(placed->files.paths);
+  out.cache_source = builders::cache_outcome_name(builders::CacheOutcome::kDisk);
   return out;
 }
 
@@ -335,7 +354,9 @@ std::optional<FileGroup> Context::find_files(const std::string& kind, const std:
   check_external(kind, key);
   builders::Ops& ops = ops_with_store(*m_impl, kind);
   builders::CacheOutcome source = builders::CacheOutcome::kDisk;
-  auto found = value_or_throw(ops.find_external(builders::Ops::external_key(kind, key), &source));
+  Hash128 k = builders::Ops::external_key(kind, key);
+  if (auto placed = placed_files(ops, k)) return placed;
+  auto found = value_or_throw(ops.find_external(k, &source));
   if (!found) return std::nullopt;
   return files_of(ops, *found, builders::cache_outcome_name(source));
 }
@@ -344,10 +365,14 @@ FilesOrClaim Context::find_or_claim_files(const std::string& kind, const std::st
   check_external(kind, key);
   builders::Ops& ops = ops_with_store(*m_impl, kind);
   builders::CacheOutcome source = builders::CacheOutcome::kDisk;
+  FilesOrClaim out;
   auto claim = std::make_unique<builders::Claim>();
   Hash128 k = builders::Ops::external_key(kind, key);
+  if (auto placed = placed_files(ops, k)) {
+    out.found = std::move(placed);
+    return out;
+  }
   auto found = value_or_throw(ops.find_or_claim_external(k, kind + " " + k.hex().substr(0, 12), *claim, &source));
-  FilesOrClaim out;
   if (found) {
     out.found = files_of(ops, *found, builders::cache_outcome_name(source));
     return out;

@@ -14,6 +14,7 @@
 #include "jit/hiprtc/hiprtc_toolchain.h"
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "builders/nvcc_route.h"
+#include "builders/remote_lookup.h"
 #include "jit/toolchain_loader.h"
 #include "runtime/registry.h"
 #include "support/install_paths.h"
@@ -299,39 +300,19 @@ cache::RemoteTiers* Ops::remote() {
 }
 
 bool Ops::remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote) {
-  std::optional<Hash128> key;
-  std::string manifest_text;
-  remote.fetch(cache::RemoteObject::kManifest, input.key, [&](std::string_view payload) -> Status {
-    KILN_ASSIGN_OR_RETURN(auto manifest, decode_manifest(payload));
-    auto current = rehash_manifest(manifest, spec);
-    if (current) key = artifact_key(input, *current).key;
-    else KILN_LOG_AT(kDebug, "remote", "op " + spec.name + ": a header of the remote manifest is not here: a miss");
-    manifest_text = payload;
-    return {};
-  });
-  if (!key) return false;
-  out.key = *key;
-  // The artifact may be here already, reached from other inputs: only the manifest was missing.
-  if (auto here = m_store->get(*key); here.ok() && here->has_value()) {
-    (void)m_store->put_manifest(input.key, manifest_text);
-    out.cache = CacheOutcome::kDisk;
-    return fill_outcome(**here, out);
-  }
-  std::optional<cache::Artifact> got;
-  remote.fetch(cache::RemoteObject::kArtifact, *key, [&](std::string_view blob) -> Status {
-    KILN_ASSIGN_OR_RETURN(cache::Artifact a, m_store->import(*key, blob));
-    if (a.record.input_key != input.key)  // the key says so too; a cheap second look
-      return Status(StatusCode::kDataLoss, "the artifact was compiled from other inputs");
-    got = std::move(a);
-    return {};
-  });
+  std::optional<RemoteArtifact> got = fetch_through_manifest(remote, *m_store, input, spec);
   if (!got) return false;
-  KILN_LOG_AT(kInfo, "remote", "op " + spec.name + ": artifact " + key->hex() + " from a remote tier (" +
-                                   std::to_string(got->bytes.size()) + " bytes, checked" + (remote.signing() ? " and signed)" : ")"));
+  out.key = got->artifact.record.key;
+  if (!got->fetched) {
+    out.cache = CacheOutcome::kDisk;
+    return fill_outcome(got->artifact, out);
+  }
+  KILN_LOG_AT(kInfo, "remote", "op " + spec.name + ": artifact " + out.key.hex() + " from a remote tier (" +
+                                   std::to_string(got->artifact.bytes.size()) + " bytes, checked" + (remote.signing() ? " and signed)" : ")"));
   out.cache = CacheOutcome::kRemote;
-  if (!fill_outcome(*got, out)) return false;
+  if (!fill_outcome(got->artifact, out)) return false;
   m_store->count(cache::Counter::kHitsRemote);
-  m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(got->record.compile_ms * 1000));
+  m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(got->artifact.record.compile_ms * 1000));
   return true;
 }
 
@@ -730,110 +711,6 @@ Result<std::shared_ptr<LoadedOp>> Ops::load_spec(OpSpec spec, const Target& targ
   loaded->m_accelerator = accelerator;
   loaded->m_module = std::move(module);
   return loaded;
-}
-
-// ---- External artifacts
-
-Hash128 Ops::external_key(std::string_view kind, std::string_view caller_key, std::string* components) {
-  // Its own purpose tag: no caller's key can ever name an op's artifact or manifest.
-  cache::KeyBuilder key("external", components != nullptr);
-  key.add("kind", kind).add("key", caller_key);
-  if (components) *components = cache::encode_components(key.components());
-  return key.finish();
-}
-
-namespace {
-// An artifact that owns its bytes, as one read in place.
-cache::MappedArtifact owned(cache::Artifact a) {
-  auto bytes = std::make_shared<const std::string>(std::move(a.bytes));
-  std::string_view view = *bytes;
-  return cache::MappedArtifact{std::move(a.record), view, std::move(bytes)};
-}
-}  // namespace
-
-std::optional<cache::MappedArtifact> Ops::remote_lookup_external(const Hash128& key, cache::RemoteTiers& remote) {
-  std::optional<cache::MappedArtifact> got;
-  remote.fetch(cache::RemoteObject::kArtifact, key, [&](std::string_view blob) -> Status {
-    // Checked as every remote artifact is (its envelope names the key, its signature when the
-    // cluster signs, its hashes), and that it is the artifact of `key`, then stored here.
-    KILN_ASSIGN_OR_RETURN(cache::Artifact a, m_store->import(key, blob));
-    got = owned(std::move(a));
-    return {};
-  });
-  if (got) {
-    KILN_LOG_AT(kInfo, "remote", got->record.kind + " " + got->record.op + ": artifact " + key.hex() + " from a remote tier (" +
-                                     std::to_string(got->bytes.size()) + " bytes, checked" + (remote.signing() ? " and signed)" : ")"));
-    m_store->count(cache::Counter::kHitsRemote);
-    m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(got->record.compile_ms * 1000));
-  }
-  return got;
-}
-
-Result<std::optional<cache::MappedArtifact>> Ops::local_external(const Hash128& key, CacheOutcome* source) {
-  KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> hit, m_store->map(key));
-  if (hit) {
-    if (source) *source = CacheOutcome::kDisk;
-    m_store->count(cache::Counter::kHitsDisk);
-    m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(hit->record.compile_ms * 1000));
-  }
-  return hit;
-}
-
-Result<std::optional<cache::MappedArtifact>> Ops::find_external(const Hash128& key, CacheOutcome* source) {
-  if (!m_store) return std::optional<cache::MappedArtifact>();
-  KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> hit, local_external(key, source));
-  if (hit) return hit;
-  cache::RemoteTiers* tiers = remote();
-  if (!tiers) return std::optional<cache::MappedArtifact>();
-  std::optional<cache::MappedArtifact> got = remote_lookup_external(key, *tiers);
-  if (got && source) *source = CacheOutcome::kRemote;
-  return got;
-}
-
-Result<std::optional<cache::MappedArtifact>> Ops::find_or_claim_external(const Hash128& key, const std::string& what, Claim& claim,
-                                                                         CacheOutcome* source) {
-  KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> found, find_external(key, source));
-  if (found || !m_store) return found;
-  auto look = [&] {
-    auto hit = local_external(key, source);
-    if (!hit.ok() || !hit->has_value()) return false;
-    found = std::move(**hit);
-    return true;
-  };
-  auto look_remote = [&](cache::RemoteTiers& r) {
-    found = remote_lookup_external(key, r);
-    if (found && source) *source = CacheOutcome::kRemote;
-    return found.has_value();
-  };
-  if (single_flight(key, what, look, look_remote, claim)) {
-    claim.lease.reset();
-    claim.lock.reset();
-    return found;
-  }
-  m_store->count(cache::Counter::kMisses);
-  return std::optional<cache::MappedArtifact>();
-}
-
-Result<cache::MappedArtifact> Ops::store_external(cache::ArtifactRecord record, std::string bytes, std::unique_ptr<Claim> claim,
-                                            bool keep_first) {
-  if (!m_store) return Status(StatusCode::kUnavailable, "no kiln cache to store " + record.kind + " " + record.op + " in");
-  record.input_key = record.key;
-  record.manifest.clear();
-  if (keep_first) {
-    KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> first, m_store->map(record.key));
-    if (first) return std::move(*first);  // the claim goes with this frame
-  }
-  KILN_RETURN_IF_ERROR(m_store->put(record, bytes, cache::Compression::kNone));
-  m_store->count(cache::Counter::kCompiles);
-  m_store->count(cache::Counter::kCompileUsSpent, static_cast<int64_t>(record.compile_ms * 1000));
-  std::unique_ptr<cache::RemoteTiers::Lease> lease;
-  if (claim) {
-    lease = std::move(claim->lease);
-    claim.reset();  // this node's waiters find it now
-  }
-  if (remote()) publish(record.key, record.key, std::move(lease));
-  record.size = bytes.size();
-  return owned(cache::Artifact{std::move(record), std::move(bytes)});
 }
 
 }  // namespace kiln::builders

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "builders/remote_lookup.h"
 #include "cache/cache_key.h"
 #include "cache/key_lock.h"
 #include "support/file_util.h"
@@ -175,33 +176,13 @@ bool PrecompiledHeaders::fetch_remote(const KeyParts& key, const OpSpec& spec) {
   cache::RemoteTiers* tiers = m_remote ? m_remote() : nullptr;
   if (!tiers) return false;
   auto start = std::chrono::steady_clock::now();
-  std::optional<Hash128> full;
-  std::string manifest_text;
-  tiers->fetch(cache::RemoteObject::kManifest, key.key, [&](std::string_view payload) -> Status {
-    KILN_ASSIGN_OR_RETURN(auto manifest, decode_manifest(payload));
-    // A header that differs here (another torch, another libstdc++) is another PCH: a miss.
-    if (auto current = rehash_manifest(manifest, spec)) full = artifact_key(key, *current).key;
-    manifest_text = payload;
-    return {};
-  });
-  if (!full) return false;
-  bool have = false;
-  if (auto here = m_store->get(*full); here.ok() && here->has_value()) have = true;
-  size_t bytes = 0;
-  if (!have)
-    tiers->fetch(cache::RemoteObject::kArtifact, *full, [&](std::string_view blob) -> Status {
-      KILN_ASSIGN_OR_RETURN(cache::Artifact a, m_store->import(*full, blob));
-      if (a.record.input_key != key.key || a.record.kind != "pch")
-        return Status(StatusCode::kDataLoss, "the object is not the precompiled header of these inputs");
-      bytes = a.bytes.size();
-      have = true;
-      return {};
-    });
-  if (!have) return false;
-  if (!m_store->put_manifest(key.key, manifest_text).ok()) return false;
-  KILN_LOG_AT(kInfo, "pch", "precompiled header for " + spec.name + " from a remote tier (" + std::to_string(bytes) + " bytes in " +
-                                std::to_string(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()) +
-                                " ms, checked)");
+  std::optional<RemoteArtifact> got = fetch_through_manifest(*tiers, *m_store, key, spec, "pch");
+  if (!got) return false;
+  if (got->fetched)
+    KILN_LOG_AT(kInfo, "pch", "precompiled header for " + spec.name + " from a remote tier (" + std::to_string(got->artifact.bytes.size()) +
+                                  " bytes in " +
+                                  std::to_string(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()) +
+                                  " ms, checked)");
   return true;
 }
 

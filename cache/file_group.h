@@ -8,9 +8,14 @@
 // Materialized, the files live in <cache>/files/<xx>/<key hex>/, a folder put in place whole:
 // written under a temporary name and renamed. A folder that is there already is compared with
 // the artifact (which its reader has just checked) file by file, and replaced the same way when
-// anything differs, so a damaged or half-deleted copy is never handed out.
+// anything differs, so a damaged or half-deleted copy is never handed out. A folder found equal
+// gets a stamp of what stat() said of its files and of the blob; while each stats the same, a
+// hit hands the folder out without reading the blob or the files (placed_file_group; why a
+// changed file cannot keep its stamp: file_group.cpp).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -37,6 +42,21 @@ struct MaterializedFiles {
   std::string folder;
   std::vector<std::pair<std::string, std::string>> paths;
 };
-Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, const Hash128& key, const FileViews& files);
+// `files` were just read from the checked blob at `blob_path`, which took `compile_us` to make
+// (kept in the stamp, for the hits that do not read the blob to count).
+Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, const Hash128& key, const FileViews& files,
+                                                 const std::string& blob_path, int64_t compile_us);
+
+// The group's folder, when its stamp says its files and the blob at `blob_path` are as they
+// were when last found equal; nullopt otherwise (then read the blob and materialize).
+struct PlacedFiles {
+  MaterializedFiles files;
+  int64_t compile_us = 0;
+};
+std::optional<PlacedFiles> placed_file_group(const std::string& cache_root, const Hash128& key, const std::string& blob_path);
+
+// For `kiln cache verify`: false when the group's folder is there and differs from `files`
+// (then its stamp is removed, so the next hit puts the files back); true otherwise.
+bool placed_files_match(const std::string& cache_root, const Hash128& key, const FileViews& files);
 
 }  // namespace kiln::cache

@@ -126,6 +126,9 @@ struct GcReport {
 struct VerifyReport {
   uint64_t checked = 0, ok = 0, damaged = 0, missing = 0, orphans = 0;
   std::vector<std::string> problems;  // one line per damaged or missing artifact
+  // Folders of a group of files (cache/file_group.h) that differ from their artifact: each is
+  // put back from it on its next use.
+  std::vector<std::string> files_differing;
 };
 
 class Store {
@@ -166,6 +169,9 @@ class Store {
   Result<std::optional<ArtifactRecord>> record(const Hash128& key);
 
   void count(Counter c, int64_t delta = 1);
+  // A hit on `key` served without reading its blob (a group's checked files in place,
+  // cache/file_group.h): counted like one that read it (hits, last used).
+  void count_hit(const Hash128& key);
   // A counter by name (no whitespace, at most 500 bytes), kept beside the fixed ones: the
   // remote tiers' figures ("remote|<tier>|hits").
   void count(const std::string& name, int64_t delta);
@@ -204,7 +210,6 @@ class Store {
   Status missing(const Hash128& key, const Status& why);
   // True when a blob read as `key` holds that artifact whole; otherwise repairs it (a miss).
   bool checked(const Hash128& key, const Result<ArtifactRecord>& record, uint64_t content_size);
-  void count_hit(const Hash128& key);
   Status migrate(int from_version);
   Status exec(const char* sql);
   sqlite3_stmt* prepare(const char* sql);

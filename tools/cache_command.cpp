@@ -197,13 +197,19 @@ int verify(const ParsedArgs& args, cache::Store& store) {
     std::cout << "{\"checked\":" << r->checked << ",\"ok\":" << r->ok << ",\"damaged\":" << r->damaged
               << ",\"missing\":" << r->missing << ",\"orphans\":" << r->orphans << ",\"problems\":[";
     for (size_t i = 0; i < r->problems.size(); ++i) std::cout << (i ? "," : "") << json_string(r->problems[i]);
+    std::cout << "],\"files_differing\":[";
+    for (size_t i = 0; i < r->files_differing.size(); ++i) std::cout << (i ? "," : "") << json_string(r->files_differing[i]);
     std::cout << "]}\n";
   } else {
     for (auto& p : r->problems) std::cerr << "kiln: damaged: " << p << " (removed; it will be compiled again)\n";
+    for (auto& p : r->files_differing)
+      std::cerr << "kiln: damaged: the files handed out for " << p << " differ from it (they are put back from it on their next use)\n";
     std::cout << "checked " << r->checked << ": " << r->ok << " ok, " << r->damaged << " damaged, " << r->missing
-              << " missing; " << r->orphans << " blobs not in the index\n";
+              << " missing; " << r->orphans << " blobs not in the index";
+    if (!r->files_differing.empty()) std::cout << "; " << r->files_differing.size() << " groups of files that differ";
+    std::cout << "\n";
   }
-  return r->damaged + r->missing == 0 ? 0 : 1;
+  return r->damaged + r->missing + r->files_differing.size() == 0 ? 0 : 1;
 }
 
 int clear(const ParsedArgs& args, cache::Store& store) {

@@ -231,17 +231,32 @@ def _context():
 
 # ---- what Triton's key leaves out
 
+_no_driver = None  # what _driver_target answered when no driver could start in this process
+
+
 def _driver_target():
     """The target the active driver reports here ("cuda:90:32"), or "none" on a machine without a
     driver: what `tl.target_info` answers a kernel at compile time."""
+    global _no_driver
+    try:
+        from triton.runtime.driver import driver
+        unset = getattr(driver, "_active", 0) is None and getattr(driver, "_default", 0) is None
+    except Exception:
+        unset = False
+    # With no driver set, Triton tries to start one on every call (and fails again on a machine
+    # without a GPU): once is enough for a process, and a hit spares the ~7 us.
+    if unset and _no_driver is not None:
+        return _no_driver
     try:
         from triton.language import target_info
         t = target_info.current_target()
     except Exception as e:  # a driver that fails to start answers like none, but not the same key
-        return "error:" + type(e).__name__
-    if t is None:
-        return "none"
-    return "%s:%s:%s" % (t.backend, t.arch, t.warp_size)
+        answer = "error:" + type(e).__name__
+    else:
+        answer = "none" if t is None else "%s:%s:%s" % (t.backend, t.arch, t.warp_size)
+    if unset and (answer == "none" or answer.startswith("error:")):
+        _no_driver = answer
+    return answer
 
 
 def _always_compile():
@@ -477,5 +492,6 @@ def __getattr__(name):
         with _class_lock:
             if _class is None:
                 _class = _make_class()
+                globals()["CacheManager"] = _class  # later lookups (Triton's knobs, on every compile) skip this function
             return _class
     raise AttributeError("module 'kiln.triton' has no attribute %r" % (name,))
