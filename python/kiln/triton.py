@@ -331,8 +331,8 @@ def _make_class():
             self._started = {}
             self._stage_dir = None
             self._token = object()  # owns this manager's claims in the process's table
-            self._held = set()      # (kind, key) claimed here; released when the manager goes
-            weakref.finalize(self, _release_owned, self._held, self._token)
+            self._held = set()      # (kind, key) claimed here; released when the manager goes (_hold)
+            self._releases = None
 
         # -- keys
         def _group_key(self, filename):
@@ -352,7 +352,7 @@ def _make_class():
             """The files when found (perhaps after waiting for their maker); None when this
             process is to make them (it then holds the key)."""
             if _adopt(kind, key, self._token) is not None:
-                self._held.add((kind, key))
+                self._hold(kind, key)
                 return None
             try:
                 found, claim = self._ctx.find_or_claim_files(kind, key)
@@ -362,8 +362,14 @@ def _make_class():
             if found is not None:
                 return dict(found["files"])
             _record(kind, key, claim, self._token)
-            self._held.add((kind, key))
+            self._hold(kind, key)
             return None
+
+        def _hold(self, kind, key):
+            # Made on a manager's first claim only: a hit (most managers) holds nothing.
+            if self._releases is None:
+                self._releases = weakref.finalize(self, _release_owned, self._held, self._token)
+            self._held.add((kind, key))
 
         def _take_back(self, kind, key):
             """This manager's claim on (kind, key), out of the table, for store_files to end."""

@@ -123,8 +123,8 @@ def compile_inputs(depth=2):
         if frame is None:
             break
         if frame.f_code.co_name == "compile" and frame.f_globals.get("__name__") == "triton.compiler.compiler":
-            names = ("src", "target", "options", "env_vars")
-            return {n: frame.f_locals.get(n) for n in names}
+            local = frame.f_locals  # built afresh on each access (Python <= 3.12): once per hit
+            return {n: local.get(n) for n in ("src", "target", "options", "env_vars")}
         frame = frame.f_back
     return None
 
