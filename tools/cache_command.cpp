@@ -24,7 +24,8 @@ commands:
   show KEY                  one entry by key or unique key prefix, with its compiler log
   gc [--max-size SIZE]      evict least recently used entries down to SIZE (default: the cap,
                             the max_size setting or 5G), remove stale temporaries and orphans
-  verify                    read and check every entry; damaged ones are removed (exit 1 if any)
+  verify                    read and check every entry and the files a group hands out (Triton's);
+                            damaged ones are removed or put back (exit 1 if any)
   clear                     remove every entry
   explain SPEC [--target T] why is this op not a hit? names what differs from the nearest entry
   pack FILE [--op NAME]... [--target T]...
