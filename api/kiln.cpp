@@ -302,13 +302,15 @@ void check_external(const std::string& kind, const std::string& key) {
   if (key.empty()) throw Error("invalid_argument", "an empty key for an artifact of kind " + kind);
 }
 
-FileGroup files_of(builders::Ops& ops, const cache::MappedArtifact& artifact, const char* source) {
+// `blob_read`: the blob's identity from before it was read (cache/file_group.h), or nullopt.
+FileGroup files_of(builders::Ops& ops, const cache::MappedArtifact& artifact, const char* source,
+                   const std::optional<cache::FileIdentity>& blob_read) {
   auto files = cache::decode_file_group(artifact.bytes);
   if (!files.ok())
     throw Error("data_loss", "artifact " + artifact.record.key.hex() + " (" + artifact.record.kind + ") is not a group of files: " +
                                  files.status().message());
   cache::MaterializedFiles placed = value_or_throw(cache::materialize_file_group(
-      ops.store()->root(), artifact.record.key, files.value(), ops.store()->blob_path(artifact.record.key),
+      ops.store()->root(), artifact.record.key, files.value(), ops.store()->blob_path(artifact.record.key), blob_read,
       static_cast<int64_t>(artifact.record.compile_ms * 1000)));
   FileGroup out;
   out.key = artifact.record.key.hex();
@@ -356,9 +358,10 @@ std::optional<FileGroup> Context::find_files(const std::string& kind, const std:
   builders::CacheOutcome source = builders::CacheOutcome::kDisk;
   Hash128 k = builders::Ops::external_key(kind, key);
   if (auto placed = placed_files(ops, k)) return placed;
+  std::optional<cache::FileIdentity> blob_read = cache::file_identity(ops.store()->blob_path(k));
   auto found = value_or_throw(ops.find_external(k, &source));
   if (!found) return std::nullopt;
-  return files_of(ops, *found, builders::cache_outcome_name(source));
+  return files_of(ops, *found, builders::cache_outcome_name(source), blob_read);
 }
 
 FilesOrClaim Context::find_or_claim_files(const std::string& kind, const std::string& key) {
@@ -372,9 +375,10 @@ FilesOrClaim Context::find_or_claim_files(const std::string& kind, const std::st
     out.found = std::move(placed);
     return out;
   }
+  std::optional<cache::FileIdentity> blob_read = cache::file_identity(ops.store()->blob_path(k));
   auto found = value_or_throw(ops.find_or_claim_external(k, kind + " " + k.hex().substr(0, 12), *claim, &source));
   if (found) {
-    out.found = files_of(ops, *found, builders::cache_outcome_name(source));
+    out.found = files_of(ops, *found, builders::cache_outcome_name(source), blob_read);
     return out;
   }
   auto impl = std::make_unique<Claim::Impl>();
@@ -389,9 +393,10 @@ std::vector<FileGroup> Context::list_files(const std::string& kind) {
   std::vector<FileGroup> out;
   for (const cache::ArtifactRecord& r : value_or_throw(ops.store()->list())) {
     if (r.kind != kind) continue;
+    std::optional<cache::FileIdentity> blob_read = cache::file_identity(ops.store()->blob_path(r.key));
     auto found = value_or_throw(ops.store()->map(r.key));
     if (!found) continue;  // damaged (removed and counted) or evicted since the listing
-    out.push_back(files_of(ops, *found, "disk"));
+    out.push_back(files_of(ops, *found, "disk", blob_read));
   }
   return out;
 }
@@ -413,7 +418,7 @@ FileGroup Context::store_files(const std::string& kind, const std::string& key, 
   std::unique_ptr<builders::Claim> held = claim ? std::move(claim->m_impl->claim) : nullptr;
   std::string bytes = cache::encode_file_group(views);
   cache::MappedArtifact stored = value_or_throw(ops.store_external(std::move(record), std::move(bytes), std::move(held), keep_first));
-  FileGroup out = files_of(ops, stored, "stored");
+  FileGroup out = files_of(ops, stored, "stored", std::nullopt);  // just written: nothing settled to stamp
   // With keep_first, another writer's group may have been there first: then it is the one given back.
   if (keep_first && cache::decode_file_group(stored.bytes).value() != views) out.cache_source = "disk";
   return out;

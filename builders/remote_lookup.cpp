@@ -19,7 +19,8 @@ std::optional<RemoteArtifact> fetch_through_manifest(cache::RemoteTiers& remote,
   });
   if (!key) return std::nullopt;
   if (auto here = store.get(*key); here.ok() && here->has_value()) {
-    if (!store.put_manifest(input.key, manifest_text).ok()) return std::nullopt;
+    // A manifest that cannot be written (a full disk) costs the next process this fetch again.
+    (void)store.put_manifest(input.key, manifest_text);
     return RemoteArtifact{std::move(**here), false};
   }
   std::optional<RemoteArtifact> got;

@@ -73,21 +73,25 @@ constexpr std::string_view k_stamp_name = ".kiln-checked";
 constexpr std::string_view k_stamp_magic = "kiln-files-checked 1\n";
 constexpr int64_t k_settled_ns = 1'000'000'000;
 
-struct Identity {
-  uint64_t dev = 0, ino = 0, size = 0;
-  int64_t mtime_s = 0, mtime_ns = 0, ctime_s = 0, ctime_ns = 0;
-  bool operator==(const Identity&) const = default;
-};
+}  // namespace
 
-bool identity_of(const std::string& path, Identity& out) {
+std::optional<FileIdentity> file_identity(const std::string& path) {
   struct stat st{};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  out = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-         st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                      st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
+}
+
+namespace {
+
+bool identity_of(const std::string& path, FileIdentity& out) {
+  std::optional<FileIdentity> id = file_identity(path);
+  if (!id) return false;
+  out = *id;
   return true;
 }
 
-std::string_view bytes_of(const Identity& id) { return {reinterpret_cast<const char*>(&id), sizeof id}; }
+std::string_view bytes_of(const FileIdentity& id) { return {reinterpret_cast<const char*>(&id), sizeof id}; }
 
 int64_t now_ns() {
   timespec t{};
@@ -96,22 +100,28 @@ int64_t now_ns() {
 }
 
 // The identities of the blob then of each file, when every one is settled; empty otherwise.
-std::vector<Identity> settled_identities(const std::string& folder, const FileViews& files, const std::string& blob_path) {
-  std::vector<Identity> ids(files.size() + 1);
+// `blob_read`: the blob's identity from before its bytes were read; a blob that stats otherwise
+// now is not the one the files were compared with (another process stored it again), and gets
+// no stamp.
+std::vector<FileIdentity> settled_identities(const std::string& folder, const FileViews& files, const std::string& blob_path,
+                                             const std::optional<FileIdentity>& blob_read) {
+  if (!blob_read) return {};
+  std::vector<FileIdentity> ids(files.size() + 1);
   int64_t newest_allowed = now_ns() - k_settled_ns;
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string path = i == 0 ? blob_path : folder + "/" + std::string(files[i - 1].first);
     if (!identity_of(path, ids[i]) || ids[i].ctime_s * 1'000'000'000LL + ids[i].ctime_ns > newest_allowed) return {};
   }
+  if (ids[0] != *blob_read) return {};
   return ids;
 }
 
 // Writes the stamp of `folder`, whose files were just found equal to the checked blob, when
 // `before` (taken before that compare) is not empty and each still stats the same.
-void stamp(const std::string& folder, const FileViews& files, const std::string& blob_path, const std::vector<Identity>& before,
+void stamp(const std::string& folder, const FileViews& files, const std::string& blob_path, const std::vector<FileIdentity>& before,
            int64_t compile_us) {
   if (before.empty()) return;
-  std::vector<Identity> after = settled_identities(folder, files, blob_path);
+  std::vector<FileIdentity> after = settled_identities(folder, files, blob_path, before[0]);
   if (after != before) return;
   std::string out(k_stamp_magic);
   put_count(out, static_cast<size_t>(compile_us < 0 ? 0 : compile_us));
@@ -196,7 +206,7 @@ std::optional<PlacedFiles> placed_file_group(const std::string& cache_root, cons
   FieldReader in(std::string_view(*text).substr(k_stamp_magic.size()));
   size_t compile_us = 0, count = 0;
   std::string_view name, recorded;
-  Identity now;
+  FileIdentity now;
   if (!in.count(compile_us) || !in.count(count) || count > text->size() || !in.field_view(recorded) ||
       !identity_of(blob_path, now) || recorded != bytes_of(now))
     return std::nullopt;
@@ -204,7 +214,8 @@ std::optional<PlacedFiles> placed_file_group(const std::string& cache_root, cons
   out.files.paths.reserve(count);
   std::string path = out.files.folder + "/";
   for (size_t i = 0; i < count; ++i) {
-    if (!in.field_view(name) || !in.field_view(recorded)) return std::nullopt;
+    // A forged or torn stamp must not name a file outside the folder.
+    if (!in.field_view(name) || !in.field_view(recorded) || !check_file_names({{name, {}}}).ok()) return std::nullopt;
     path.resize(out.files.folder.size() + 1);
     path += name;
     if (!identity_of(path, now) || recorded != bytes_of(now)) return std::nullopt;
@@ -214,23 +225,29 @@ std::optional<PlacedFiles> placed_file_group(const std::string& cache_root, cons
   return out;
 }
 
-bool placed_files_match(const std::string& cache_root, const Hash128& key, const FileViews& files) {
-  std::string folder = folder_of(cache_root, key);
+bool placed_files_match(const std::string& cache_root, const Hash128& key, const FileViews& files, const std::string& blob_path) {
+  // Only a folder its stamp hands out unread matters: any other is compared on its next hit.
+  std::optional<PlacedFiles> placed = placed_file_group(cache_root, key, blob_path);
+  if (!placed || folder_matches(placed->files.folder, files)) return true;
+  // Moved aside (a reader holding its files keeps them), then removed: the next hit puts the
+  // files back from the artifact.
+  std::string aside = placed->files.folder + ".old.tmp." + unique_suffix();
   std::error_code ec;
-  if (!std::filesystem::exists(folder, ec) || folder_matches(folder, files)) return true;
-  ::unlink((folder + "/" + std::string(k_stamp_name)).c_str());  // the next hit compares them and puts them back
+  if (::rename(placed->files.folder.c_str(), aside.c_str()) == 0) std::filesystem::remove_all(aside, ec);
+  else ::unlink((placed->files.folder + "/" + std::string(k_stamp_name)).c_str());
   return false;
 }
 
 Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, const Hash128& key, const FileViews& files,
-                                                 const std::string& blob_path, int64_t compile_us) {
+                                                 const std::string& blob_path, const std::optional<FileIdentity>& blob_read,
+                                                 int64_t compile_us) {
   std::string hex = key.hex();
   MaterializedFiles out;
   out.folder = folder_of(cache_root, key);
   for (auto& [name, _] : files) out.paths.emplace_back(std::string(name), out.folder + "/" + std::string(name));
-  std::vector<Identity> before = settled_identities(out.folder, files, blob_path);
-  if (folder_matches(out.folder, files)) {  // a hit with no stamp yet: ~8 small reads
-    stamp(out.folder, files, blob_path, before, compile_us);
+  std::vector<FileIdentity> before = settled_identities(out.folder, files, blob_path, blob_read);
+  if (folder_matches(out.folder, files)) {  // a hit with no stamp yet (or a listing): ~8 small reads
+    if (!before.empty() && !placed_file_group(cache_root, key, blob_path)) stamp(out.folder, files, blob_path, before, compile_us);
     return out;
   }
   KILN_RETURN_IF_ERROR(make_dirs(dirname_of(out.folder), 0700));

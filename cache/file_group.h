@@ -37,15 +37,27 @@ std::string encode_file_group(const FileViews& files);
 // The files as views into `bytes`, or kDataLoss saying what is wrong.
 Result<FileViews> decode_file_group(std::string_view bytes);
 
+// What stat() says of a file, as a stamp keeps it (cache/file_group.cpp); nullopt when it is
+// not a regular file.
+struct FileIdentity {
+  uint64_t dev = 0, ino = 0, size = 0;
+  int64_t mtime_s = 0, mtime_ns = 0, ctime_s = 0, ctime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+std::optional<FileIdentity> file_identity(const std::string& path);
+
 // The group's files as real files: (folder, [(name, path)]).
 struct MaterializedFiles {
   std::string folder;
   std::vector<std::pair<std::string, std::string>> paths;
 };
 // `files` were just read from the checked blob at `blob_path`, which took `compile_us` to make
-// (kept in the stamp, for the hits that do not read the blob to count).
+// (kept in the stamp, for the hits that do not read the blob to count). `blob_read`: the blob's
+// identity taken before it was read; a folder found equal is stamped only when the blob still
+// stats so (nullopt: never, e.g. for files that did not come from the blob).
 Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, const Hash128& key, const FileViews& files,
-                                                 const std::string& blob_path, int64_t compile_us);
+                                                 const std::string& blob_path, const std::optional<FileIdentity>& blob_read,
+                                                 int64_t compile_us);
 
 // The group's folder, when its stamp says its files and the blob at `blob_path` are as they
 // were when last found equal; nullopt otherwise (then read the blob and materialize).
@@ -55,8 +67,9 @@ struct PlacedFiles {
 };
 std::optional<PlacedFiles> placed_file_group(const std::string& cache_root, const Hash128& key, const std::string& blob_path);
 
-// For `kiln cache verify`: false when the group's folder is there and differs from `files`
-// (then its stamp is removed, so the next hit puts the files back); true otherwise.
-bool placed_files_match(const std::string& cache_root, const Hash128& key, const FileViews& files);
+// For `kiln cache verify`: false when the group's folder is handed out on its stamp and differs
+// from `files` (then it is removed, so the next hit puts the files back); true otherwise (a
+// folder with no valid stamp is compared on its next hit anyway).
+bool placed_files_match(const std::string& cache_root, const Hash128& key, const FileViews& files, const std::string& blob_path);
 
 }  // namespace kiln::cache

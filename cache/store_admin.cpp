@@ -262,7 +262,7 @@ Result<VerifyReport> Store::verify() {
       ++report.ok;
       // A group's files in place are handed out on their stamp alone (cache/file_group.cpp):
       // this is where they are read again.
-      if (auto files = decode_file_group(blob->content); files.ok() && !placed_files_match(m_root, r.key, files.value()))
+      if (auto files = decode_file_group(blob->content); files.ok() && !placed_files_match(m_root, r.key, files.value(), blob_path(r.key)))
         report.files_differing.push_back(r.key.hex() + " (" + r.op + ", " + r.target + ")");
       continue;
     }

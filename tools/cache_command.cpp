@@ -25,7 +25,7 @@ commands:
   gc [--max-size SIZE]      evict least recently used entries down to SIZE (default: the cap,
                             the max_size setting or 5G), remove stale temporaries and orphans
   verify                    read and check every entry and the files a group hands out (Triton's);
-                            damaged ones are removed or put back (exit 1 if any)
+                            damaged ones are removed (exit 1 if any)
   clear                     remove every entry
   explain SPEC [--target T] why is this op not a hit? names what differs from the nearest entry
   pack FILE [--op NAME]... [--target T]...
@@ -204,10 +204,10 @@ int verify(const ParsedArgs& args, cache::Store& store) {
   } else {
     for (auto& p : r->problems) std::cerr << "kiln: damaged: " << p << " (removed; it will be compiled again)\n";
     for (auto& p : r->files_differing)
-      std::cerr << "kiln: damaged: the files handed out for " << p << " differ from it (they are put back from it on their next use)\n";
+      std::cerr << "kiln: damaged: the files handed out for " << p << " differ from it (removed; they are put back from it on their next use)\n";
     std::cout << "checked " << r->checked << ": " << r->ok << " ok, " << r->damaged << " damaged, " << r->missing
               << " missing; " << r->orphans << " blobs not in the index";
-    if (!r->files_differing.empty()) std::cout << "; " << r->files_differing.size() << " groups of files that differ";
+    if (!r->files_differing.empty()) std::cout << "; the files of " << r->files_differing.size() << " of the ok ones differed";
     std::cout << "\n";
   }
   return r->damaged + r->missing + r->files_differing.size() == 0 ? 0 : 1;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cache/store.h"
+#include "support/length_prefixed.h"
 #include "tests/test_util.h"
 
 namespace kiln::cache {
@@ -52,10 +53,28 @@ class FileGroupTest : public ::testing::Test {
 
   // What a hit that reads the blob does: map it (checked), then put its files in place.
   MaterializedFiles place(const Hash128& key) {
+    std::optional<FileIdentity> blob_read = file_identity(m_store->blob_path(key));
     auto mapped = m_store->map(key).value();
     EXPECT_TRUE(mapped.has_value());
     FileViews files = decode_file_group(mapped->bytes).value();
-    return materialize_file_group(m_dir.path(), key, files, m_store->blob_path(key), 120'000).value();
+    return materialize_file_group(m_dir.path(), key, files, m_store->blob_path(key), blob_read, 120'000).value();
+  }
+
+  // A stamp written by hand over the folder as it is now: what a disk's damage under an
+  // unchanged ctime, or a forger, leaves (no real component can be made to show it on demand).
+  void forge_stamp(const MaterializedFiles& placed, const Hash128& key, const std::vector<std::string>& names) {
+    std::string out = "kiln-files-checked 1\n";
+    put_count(out, 0);
+    put_count(out, names.size());
+    FileIdentity blob = file_identity(m_store->blob_path(key)).value();
+    put_field(out, std::string_view(reinterpret_cast<const char*>(&blob), sizeof blob));
+    for (const std::string& name : names) {
+      put_field(out, name);
+      std::optional<FileIdentity> id = file_identity(placed.folder + "/" + name);
+      FileIdentity none;
+      put_field(out, std::string_view(reinterpret_cast<const char*>(id ? &*id : &none), sizeof none));
+    }
+    std::ofstream(placed.folder + "/.kiln-checked", std::ios::binary | std::ios::trunc) << out;
   }
 
   std::optional<PlacedFiles> stamped(const Hash128& key) { return placed_file_group(m_dir.path(), key, m_store->blob_path(key)); }
@@ -119,24 +138,60 @@ TEST_F(FileGroupTest, AnyChangeAfterTheStampSendsTheHitBackToTheWholeCheck) {
   EXPECT_FALSE(m_store->map(evicted).value().has_value());
 }
 
-TEST_F(FileGroupTest, VerifyReadsTheFilesAStampHandsOutAndSendsADifferingFolderBackToTheWholeCheck) {
-  Hash128 good = put("good"), bad = put("bad");
+TEST_F(FileGroupTest, VerifyReadsTheFilesAStampHandsOutAndRemovesAFolderThatDiffers) {
+  Hash128 good = put("good"), bad = put("bad"), unstamped = put("unstamped");
   place(good);
   place(bad);
+  MaterializedFiles u = place(unstamped);
   let_settle();
   place(good);
   MaterializedFiles b = place(bad);
   ASSERT_TRUE(stamped(bad).has_value());
-  // What a stamp cannot see (a disk's damage under an unchanged ctime) shows here as a change
-  // in place; verify must find it by reading, whatever the ctime says.
+  // Damage a stamp cannot see: the file changed and the stamp says it is as it was.
   overwrite(b.paths[0].second, "def k(): !!");
+  forge_stamp(b, bad, {"k.source", "k.cubin", "k.json"});
+  ASSERT_TRUE(stamped(bad).has_value());
+  overwrite(u.paths[0].second, "def k(): ??");  // no stamp: its next hit compares it anyway
   auto report = m_store->verify().value();
-  EXPECT_EQ(report.ok, 2u);
+  EXPECT_EQ(report.ok, 3u);
   ASSERT_EQ(report.files_differing.size(), 1u);
   EXPECT_NE(report.files_differing[0].find(bad.hex()), std::string::npos);
-  EXPECT_FALSE(std::filesystem::exists(b.folder + "/.kiln-checked"));
+  EXPECT_FALSE(std::filesystem::exists(b.folder));  // removed; the next hit puts it back
   expect_whole(place(bad));
+  expect_whole(place(unstamped));
   EXPECT_TRUE(stamped(good).has_value());  // a folder that matches keeps its stamp
+}
+
+TEST_F(FileGroupTest, AStampNamingAFileOutsideItsFolderOrABlobReadBeforeItWasStoredAgainIsRefused) {
+  Hash128 key = put("k"), other = put("other");
+  MaterializedFiles placed = place(key);
+  place(other);
+  let_settle();
+  place(key);
+  ASSERT_TRUE(stamped(key).has_value());
+  // A real file outside the folder, its identity in the stamp: only the name check refuses it.
+  std::ofstream(m_dir.path() + "/outside") << "not the group's";
+  ASSERT_TRUE(std::filesystem::exists(placed.folder + "/../../../outside"));
+  forge_stamp(placed, key, {"k.source", "../../../outside", "k.json"});
+  EXPECT_FALSE(stamped(key).has_value());
+  forge_stamp(placed, key, {"k.source", "k.cubin", "k.json"});
+  EXPECT_TRUE(stamped(key).has_value());  // the forger's stamp of the real names is well formed
+  forge_stamp(placed, key, {"k.source", "", "k.json"});
+  EXPECT_FALSE(stamped(key).has_value());
+  // The blob a hit read, then stored again by another process before the stamp: no stamp.
+  std::optional<FileIdentity> read = file_identity(m_store->blob_path(other));
+  ArtifactRecord again;
+  again.key = other;
+  again.input_key = other;
+  again.op = "other";
+  again.kind = "triton-group";
+  ASSERT_TRUE(m_store->put(again, encode_file_group(views_of(k_files)), Compression::kNone).ok());
+  let_settle();
+  FileViews files = views_of(k_files);
+  materialize_file_group(m_dir.path(), other, files, m_store->blob_path(other), read, 0).value();
+  EXPECT_FALSE(stamped(other).has_value());
+  place(other);  // read afresh: stamped
+  EXPECT_TRUE(stamped(other).has_value());
 }
 
 TEST(FileGroupNamesTest, NamesStartingWithDotKilnAreKilnsOwn) {

@@ -307,14 +307,16 @@ struct Library {
 // ---- Artifacts that another compiler makes, kept by kiln (Triton's kernels: the group of files
 // one compile makes). kiln stores such a group as one artifact of the caller's `kind` under the
 // caller's key (text: whatever decides the files; kiln hashes it with the kind): written whole,
-// checked on every read, published to the remote tiers (signed when the cluster signs) and
-// carried by bundles like every other artifact. Its files are handed out as real files in a
-// folder of their own under the cache, copies of the checked artifact, put there whole (written
-// to a temporary folder, then renamed into place), so no reader sees part of a group or files
-// of two writers mixed.
+// checked when read, published to the remote tiers (signed when the cluster signs) and carried
+// by bundles like every other artifact. Its files are handed out as real files in a folder of
+// their own under the cache, copies of the checked artifact, put there whole (written to a
+// temporary folder, then renamed into place), so no reader sees part of a group or files of two
+// writers mixed. Once the copies have settled, a hit checks them by a stat each against the
+// stamp (`.kiln-checked`, in the folder) written when they were last found equal to the checked
+// blob; `kiln cache verify` reads them (cache/file_group.h).
 //
 // Kinds are lowercase letters, digits and '-' ("triton-group"), none of kiln's own ("cubin",
-// "host-so", ...). File names are plain names (no '/', not "." or "..").
+// "host-so", ...). File names are plain names (no '/', not "." or "..", not starting ".kiln-").
 
 // A stored group's files.
 struct FileGroup {
