@@ -124,12 +124,7 @@ TEST_F(FileGroupTest, AnyChangeAfterTheStampSendsTheHitBackToTheWholeCheck) {
   std::filesystem::remove(stamped(removed)->files.paths[2].second);
   ::unlink(m_store->blob_path(evicted).c_str());
   // Stored again with the same bytes: a new blob file, which the stamp did not see.
-  ArtifactRecord again;
-  again.key = stored_again;
-  again.input_key = stored_again;
-  again.op = "stored again";
-  again.kind = "triton-group";
-  ASSERT_TRUE(m_store->put(again, encode_file_group(views_of(k_files)), Compression::kNone).ok());
+  ASSERT_EQ(put("stored again"), stored_again);
 
   for (const Hash128& key : {rewritten, removed, evicted, stored_again}) EXPECT_FALSE(stamped(key).has_value()) << key.hex();
   expect_whole(place(rewritten));
@@ -180,12 +175,7 @@ TEST_F(FileGroupTest, AStampNamingAFileOutsideItsFolderOrABlobReadBeforeItWasSto
   EXPECT_FALSE(stamped(key).has_value());
   // The blob a hit read, then stored again by another process before the stamp: no stamp.
   std::optional<FileIdentity> read = file_identity(m_store->blob_path(other));
-  ArtifactRecord again;
-  again.key = other;
-  again.input_key = other;
-  again.op = "other";
-  again.kind = "triton-group";
-  ASSERT_TRUE(m_store->put(again, encode_file_group(views_of(k_files)), Compression::kNone).ok());
+  ASSERT_EQ(put("other"), other);
   let_settle();
   FileViews files = views_of(k_files);
   materialize_file_group(m_dir.path(), other, files, m_store->blob_path(other), read, 0).value();
