@@ -326,9 +326,8 @@ std::optional<FileGroup> placed_files(builders::Ops& ops, const Hash128& key) {
   cache::Store& store = *ops.store();
   std::optional<cache::PlacedFiles> placed = cache::placed_file_group(store.root(), key, store.blob_path(key));
   if (!placed) return std::nullopt;
-  store.count_hit(key);
-  store.count(cache::Counter::kHitsDisk);
-  store.count(cache::Counter::kCompileUsSaved, placed->compile_us);
+  store.count_hit(key);  // what Store::map counts for a hit that reads the blob
+  ops.count_disk_hit(placed->compile_us);
   FileGroup out;
   out.key = key.hex();
   out.folder = std::move(placed->files.folder);

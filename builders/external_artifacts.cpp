@@ -46,12 +46,16 @@ std::optional<cache::MappedArtifact> Ops::remote_lookup_external(const Hash128& 
   return got;
 }
 
+void Ops::count_disk_hit(int64_t compile_us_saved) {
+  m_store->count(cache::Counter::kHitsDisk);
+  m_store->count(cache::Counter::kCompileUsSaved, compile_us_saved);
+}
+
 Result<std::optional<cache::MappedArtifact>> Ops::local_external(const Hash128& key, CacheOutcome* source) {
   KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> hit, m_store->map(key));
   if (hit) {
     if (source) *source = CacheOutcome::kDisk;
-    m_store->count(cache::Counter::kHitsDisk);
-    m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(hit->record.compile_ms * 1000));
+    count_disk_hit(static_cast<int64_t>(hit->record.compile_ms * 1000));
   }
   return hit;
 }

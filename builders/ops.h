@@ -191,6 +191,9 @@ class Ops {
   // a hit then maps it and copies nothing (a 700 KB Triton matmul group: ~0.4 ms less a hit).
   Result<cache::MappedArtifact> store_external(cache::ArtifactRecord record, std::string bytes, std::unique_ptr<Claim> claim,
                                                bool keep_first);
+  // A hit on an external artifact from this node's disk, counted with the compile time it saved
+  // (also for the hits the API serves from a group's stamped folder, which read no blob).
+  void count_disk_hit(int64_t compile_us_saved);
 
   Result<OpSpec> find_spec(const std::string& op) const;
   // The accelerator that runs a target: the chosen one when it matches, else by name.

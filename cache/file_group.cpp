@@ -84,13 +84,6 @@ std::optional<FileIdentity> file_identity(const std::string& path) {
 
 namespace {
 
-bool identity_of(const std::string& path, FileIdentity& out) {
-  std::optional<FileIdentity> id = file_identity(path);
-  if (!id) return false;
-  out = *id;
-  return true;
-}
-
 std::string_view bytes_of(const FileIdentity& id) { return {reinterpret_cast<const char*>(&id), sizeof id}; }
 
 int64_t now_ns() {
@@ -110,7 +103,9 @@ std::vector<FileIdentity> settled_identities(const std::string& folder, const Fi
   int64_t newest_allowed = now_ns() - k_settled_ns;
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string path = i == 0 ? blob_path : folder + "/" + std::string(files[i - 1].first);
-    if (!identity_of(path, ids[i]) || ids[i].ctime_s * 1'000'000'000LL + ids[i].ctime_ns > newest_allowed) return {};
+    std::optional<FileIdentity> id = file_identity(path);
+    if (!id || id->ctime_s * 1'000'000'000LL + id->ctime_ns > newest_allowed) return {};
+    ids[i] = *id;
   }
   if (ids[0] != *blob_read) return {};
   return ids;
@@ -206,9 +201,12 @@ std::optional<PlacedFiles> placed_file_group(const std::string& cache_root, cons
   FieldReader in(std::string_view(*text).substr(k_stamp_magic.size()));
   size_t compile_us = 0, count = 0;
   std::string_view name, recorded;
-  FileIdentity now;
-  if (!in.count(compile_us) || !in.count(count) || count > text->size() || !in.field_view(recorded) ||
-      !identity_of(blob_path, now) || recorded != bytes_of(now))
+  // The stamp's record of a file, against what stat() says of it now.
+  auto same = [&](const std::string& path) {
+    std::optional<FileIdentity> now = file_identity(path);
+    return now && recorded == bytes_of(*now);
+  };
+  if (!in.count(compile_us) || !in.count(count) || count > text->size() || !in.field_view(recorded) || !same(blob_path))
     return std::nullopt;
   out.compile_us = static_cast<int64_t>(compile_us);
   out.files.paths.reserve(count);
@@ -218,7 +216,7 @@ std::optional<PlacedFiles> placed_file_group(const std::string& cache_root, cons
     if (!in.field_view(name) || !in.field_view(recorded) || !check_file_names({{name, {}}}).ok()) return std::nullopt;
     path.resize(out.files.folder.size() + 1);
     path += name;
-    if (!identity_of(path, now) || recorded != bytes_of(now)) return std::nullopt;
+    if (!same(path)) return std::nullopt;
     out.files.paths.emplace_back(std::string(name), path);
   }
   if (!in.done()) return std::nullopt;

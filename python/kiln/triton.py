@@ -231,7 +231,7 @@ def _context():
 
 # ---- what Triton's key leaves out
 
-_no_driver = None  # what _driver_target answered when no driver could start in this process
+_no_driver = None  # what _driver_target answered while no driver was set in this process
 
 
 def _driver_target():
@@ -244,19 +244,24 @@ def _driver_target():
     except Exception:
         unset = False
     # With no driver set, Triton tries to start one on every call (and fails again on a machine
-    # without a GPU): once is enough for a process, and a hit spares the ~7 us.
-    if unset and _no_driver is not None:
-        return _no_driver
+    # without a GPU): once is enough for a process, and a hit spares the ~7 us. A driver set
+    # since (a real one, or kiln warm's) is asked each time.
+    if not unset:
+        return _target_text()
+    if _no_driver is None:
+        _no_driver = _target_text()
+    return _no_driver
+
+
+def _target_text():
     try:
         from triton.language import target_info
         t = target_info.current_target()
     except Exception as e:  # a driver that fails to start answers like none, but not the same key
-        answer = "error:" + type(e).__name__
-    else:
-        answer = "none" if t is None else "%s:%s:%s" % (t.backend, t.arch, t.warp_size)
-    if unset and (answer == "none" or answer.startswith("error:")):
-        _no_driver = answer
-    return answer
+        return "error:" + type(e).__name__
+    if t is None:
+        return "none"
+    return "%s:%s:%s" % (t.backend, t.arch, t.warp_size)
 
 
 def _always_compile():
