@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <semaphore>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -54,8 +55,18 @@ namespace kiln::builders {
 // op's own headers (found in `own_dirs`): a PCH holds only headers whose paths are the same on
 // every node. Includes found in `kiln_dirs` (kiln's device headers, kiln/cpu_kernel.h) are
 // passed over: they depend on nothing before them and nothing depends on coming after them.
+//
+// With `source_dir` (the source's folder), the op's own headers do not end it: one included as
+// "x.h" (found in `source_dir`, then `own_dirs`) or as <x.h> from `own_dirs` is kept, as
+// `#include "<absolute path>"`, if it has an include guard (has_include_guard): DeepSpeed's CUDA
+// sources reach torch's ATen headers through their own (custom_cuda_layers.h). Such a PCH holds
+// paths of this node; on a node where they differ, its manifest does not match and it is built.
 std::string include_prefix(std::string_view text, const std::vector<std::string>& own_dirs,
-                           const std::vector<std::string>& kiln_dirs);
+                           const std::vector<std::string>& kiln_dirs, const std::string* source_dir = nullptr);
+
+// True when the header `text` opens (past comments) with `#pragma once`, or with `#ifndef X`
+// and `#define X`: including it again after a PCH that holds it changes nothing.
+bool has_include_guard(std::string_view text);
 
 // False when KILN_PCH=0: no PCH is used or made (a cache to be carried somewhere small).
 bool precompiled_headers_enabled();
@@ -115,6 +126,7 @@ class PrecompiledHeaders {
   std::condition_variable m_done;
   std::map<Hash128, std::shared_ptr<Slot>> m_slots;  // by PCH input key: found, built or building
   std::vector<std::thread> m_threads;
+  std::counting_semaphore<> m_background{2};  // background builds, two at a time
 };
 
 }  // namespace kiln::builders

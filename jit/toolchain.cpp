@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <regex>
+#include <set>
 
 #include "support/file_util.h"
 #include "support/install_paths.h"
@@ -32,6 +34,22 @@ bool has_cuda_sources(const CompileRequest& request) {
   for (auto& s : request.sources)
     if (is_cuda_source(s.path)) return true;
   return false;
+}
+
+int cuda_arch_code(std::string_view arch) {
+  bool ptx = arch.rfind("compute_", 0) == 0;
+  if (!ptx && arch.rfind("sm_", 0) != 0) return 0;
+  std::string digits(arch.substr(ptx ? 8 : 3));
+  if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  int sm = std::atoi(digits.c_str());
+  return ptx ? -sm : sm;
+}
+
+std::vector<int> cuda_device_sms(const CompileRequest& request) {
+  std::set<int> sms;
+  for (auto& arch : request.cuda_archs)
+    if (int code = cuda_arch_code(arch)) sms.insert(code < 0 ? -code : code);
+  return {sms.begin(), sms.end()};
 }
 
 const char* severity_name(Diagnostic::Severity s) {

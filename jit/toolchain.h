@@ -64,6 +64,13 @@ struct CompileRequest {
   // Precompiled headers of some sources' include prefixes, by source index: the bytes of a
   // kPrecompiledHeader result for the same options. Not owned; they outlive the compile.
   std::map<size_t, std::string_view> precompiled_headers;
+  // A host library's CUDA source compiles in passes (the device pass for each architecture, then
+  // the host pass), each a parse of its own: a kPrecompiledHeader request with `pch_cuda_pass`
+  // set makes the PCH of one pass (> 0: the device pass for sm_<N>; 0: the host pass), with
+  // `cuda_flags` and `cuda_archs` as that pass compiles with them. `cuda_pass_pchs` hands such
+  // PCHs to a compile, by (source index, pass). Not owned; they outlive the compile.
+  int pch_cuda_pass = -1;
+  std::map<std::pair<size_t, int>, std::string_view> cuda_pass_pchs;
 };
 
 // True for a source that a host library compiles as CUDA: its name ends in ".cu" or ".cuh", as
@@ -71,6 +78,12 @@ struct CompileRequest {
 bool is_cuda_source(std::string_view path);
 // True when `request` is a host library with a CUDA source.
 bool has_cuda_sources(const CompileRequest& request);
+
+// "sm_90" -> 90 (a cubin), "compute_90" -> -90 (PTX); 0 for anything else.
+int cuda_arch_code(std::string_view arch);
+// The architectures a host library's device code is compiled for (one device pass each): every
+// sm and compute of `cuda_archs`, ascending.
+std::vector<int> cuda_device_sms(const CompileRequest& request);
 
 // The headers `text` #includes in <...> (toolkit or system headers), in order: "cuda_bf16.h".
 std::vector<std::string_view> angled_includes(std::string_view text);

@@ -209,7 +209,7 @@ class ClangToolchain final : public Toolchain {
           objects[i].bytes.assign(prebuilt->second.begin(), prebuilt->second.end());
           compiled[i] = 1;
         } else if (request.host_library && is_cuda_source(source.path))
-          compiled[i] = compile_cuda_unit(source, request, *consumers[i], parts[i], objects[i]);
+          compiled[i] = compile_cuda_unit(source, i, request, *consumers[i], parts[i], objects[i]);
         else if (split)
           compiled[i] = compile_host_split(source, i, request, pch_for(request, i), *consumers[i], parts[i], split_objects[i], codegen_threads);
         else
@@ -264,8 +264,10 @@ class ClangToolchain final : public Toolchain {
     options.ShowColors = false;
     CollectingConsumer consumer(options);
     ObjectFile pch;
-    bool ok = request.sources.size() == 1 &&
-              compile_one(request.sources.front(), request, {}, Make::kPrecompiledHeader, consumer, result, pch);
+    // One pass of a host library's CUDA source: parsed as that pass parses it.
+    CudaPass pass{request.pch_cuda_pass, {}};
+    bool ok = request.sources.size() == 1 && compile_one(request.sources.front(), request, {}, Make::kPrecompiledHeader, consumer,
+                                                         result, pch, nullptr, request.pch_cuda_pass >= 0 ? &pass : nullptr);
     result.diagnostics = consumer.take_diagnostics();
     result.log = consumer.text();
     if (ok) result.artifact.assign(pch.bytes.data(), pch.bytes.size());

@@ -242,7 +242,9 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   bool ok;
   if (make == Make::kPrecompiledHeader) {
     std::unique_ptr<clang::GeneratePCHAction> action;
-    if (request.language == "cuda")
+    if (cuda_pass)  // a host library's CUDA source: C++ (torch's headers) parsed as CUDA
+      action = std::make_unique<GeneratePchAfter<DefineUsedVTables, ForgetEndOfUnitChecks>>();
+    else if (request.language == "cuda")
       action = std::make_unique<GeneratePchAfter<ForgetEndOfUnitChecks>>();
     else if (request.language == "cpp")
       action = std::make_unique<GeneratePchAfter<DefineUsedVTables>>();

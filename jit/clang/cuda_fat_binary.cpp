@@ -75,32 +75,14 @@
 
 namespace kiln::jit::stages {
 
-// "sm_90" -> 90 (a cubin), "compute_90" -> -90 (PTX); 0 for anything else.
-int cuda_arch_code(std::string_view arch) {
-  bool ptx = arch.rfind("compute_", 0) == 0;
-  if (!ptx && arch.rfind("sm_", 0) != 0) return 0;
-  std::string digits(arch.substr(ptx ? 8 : 3));
-  if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
-  int sm = std::atoi(digits.c_str());
-  return ptx ? -sm : sm;
-}
-
-// The architectures device code is compiled for: every sm and compute listed, ascending.
-std::vector<int> cuda_device_sms(const CompileRequest& request) {
-  std::set<int> sms;
-  for (auto& arch : request.cuda_archs)
-    if (int code = cuda_arch_code(arch)) sms.insert(code < 0 ? -code : code);
-  return {sms.begin(), sms.end()};
-}
-
 // A host library's CUDA source into a host object (see CudaPass): the device passes, one thread
 // per architecture; a cubin per "sm_" architecture from its own PTX by nvJitLink (each pass
 // compiled with that architecture's __CUDA_ARCH__, as nvcc's -gencode does), the PTX of each
 // "compute_" one; one fat binary of them; the host pass. What the compiler said goes into
 // `consumer` (the host pass) and `part` (the device passes' diagnostics, without repeats, and
 // their log when they failed or said something the host pass did not).
-bool compile_cuda_unit(const SourceFile& source, const CompileRequest& request, CollectingConsumer& consumer, CompileResult& part,
-                       ObjectFile& object) {
+bool compile_cuda_unit(const SourceFile& source, size_t index, const CompileRequest& request, CollectingConsumer& consumer,
+                       CompileResult& part, ObjectFile& object) {
   std::vector<int> sms = cuda_device_sms(request);
   if (sms.empty()) {
     part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0,
@@ -117,7 +99,8 @@ bool compile_cuda_unit(const SourceFile& source, const CompileRequest& request, 
   std::vector<char> compiled(n, 0);
   auto device = [&](size_t i) {
     CudaPass pass{sms[i], {}};
-    compiled[i] = compile_one(source, request, {}, Make::kCode, *consumers[i], passes[i], ptx[i], nullptr, &pass);
+    compiled[i] = compile_one(source, request, cuda_pass_pch(request, index, sms[i]), Make::kCode, *consumers[i], passes[i], ptx[i],
+                              nullptr, &pass);
   };
   std::vector<std::thread> threads;
   for (size_t i = 1; i < n; ++i) threads.emplace_back(device, i);
@@ -172,7 +155,7 @@ bool compile_cuda_unit(const SourceFile& source, const CompileRequest& request, 
     return false;
   }
   CudaPass host{0, *fatbin};
-  return compile_one(source, request, {}, Make::kCode, consumer, part, object, nullptr, &host);
+  return compile_one(source, request, cuda_pass_pch(request, index, 0), Make::kCode, consumer, part, object, nullptr, &host);
 }
 
 }  // namespace kiln::jit::stages

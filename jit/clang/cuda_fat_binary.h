@@ -9,19 +9,20 @@
 
 namespace kiln::jit::stages {
 
-// "sm_90" -> 90 (a cubin), "compute_90" -> -90 (PTX); 0 for anything else.
-int cuda_arch_code(std::string_view arch);
-
-// The architectures device code is compiled for: every sm and compute listed, ascending.
-std::vector<int> cuda_device_sms(const CompileRequest& request);
-
 // A host library's CUDA source into a host object (see CudaPass): the device passes, one thread
 // per architecture; a cubin per "sm_" architecture from its own PTX by nvJitLink (each pass
 // compiled with that architecture's __CUDA_ARCH__, as nvcc's -gencode does), the PTX of each
 // "compute_" one; one fat binary of them; the host pass. What the compiler said goes into
 // `consumer` (the host pass) and `part` (the device passes' diagnostics, without repeats, and
-// their log when they failed or said something the host pass did not).
-bool compile_cuda_unit(const SourceFile& source, const CompileRequest& request, CollectingConsumer& consumer, CompileResult& part,
-                       ObjectFile& object);
+// their log when they failed or said something the host pass did not). Each pass uses the PCH
+// that request.cuda_pass_pchs holds for (`index`, its pass), if any.
+bool compile_cuda_unit(const SourceFile& source, size_t index, const CompileRequest& request, CollectingConsumer& consumer,
+                       CompileResult& part, ObjectFile& object);
+
+// The PCH handed in for pass `pass` (see CompileRequest::pch_cuda_pass) of sources[index], or none.
+inline std::string_view cuda_pass_pch(const CompileRequest& request, size_t index, int pass) {
+  auto it = request.cuda_pass_pchs.find({index, pass});
+  return it == request.cuda_pass_pchs.end() ? std::string_view() : it->second;
+}
 
 }  // namespace kiln::jit::stages

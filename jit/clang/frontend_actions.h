@@ -30,14 +30,14 @@ class BeforePchWriter : public clang::SemaConsumer {
   clang::Sema* m_sema = nullptr;
 };
 
-// Clang's PCH action with `Prepare` (a BeforePchWriter) ahead of its writer.
-template <typename Prepare>
+// Clang's PCH action with each of `Prepare` (BeforePchWriters), in order, ahead of its writer.
+template <typename... Prepare>
 class GeneratePchAfter final : public clang::GeneratePCHAction {
   std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance& ci, llvm::StringRef in_file) override {
     auto writer = GeneratePCHAction::CreateASTConsumer(ci, in_file);
     if (!writer) return nullptr;
     std::vector<std::unique_ptr<clang::ASTConsumer>> consumers;
-    consumers.push_back(std::make_unique<Prepare>());
+    (consumers.push_back(std::make_unique<Prepare>()), ...);
     consumers.push_back(std::move(writer));
     return std::make_unique<clang::MultiplexConsumer>(std::move(consumers));
   }

@@ -32,6 +32,38 @@ TEST(IncludePrefixTest, LeadingSystemIncludesOnlyNormalised) {
   EXPECT_EQ(prefix(""), "");
 }
 
+// A host library's CUDA source (DeepSpeed's custom_cuda_layers.h) reaches torch's headers
+// through its own: with its folder given, guarded own headers stay in the prefix by absolute path.
+TEST(IncludePrefixTest, OwnGuardedHeadersStayWhenTheSourceFolderIsGiven) {
+  testing::TempDir src, inc;
+  src.write("near.h", "// near\n#pragma once\n#include <vector>\n");
+  inc.write("layers.h", "/* a\n  licence */\n#ifndef LAYERS_H\n#define LAYERS_H\n#include <cmath>\n#endif\n");
+  inc.write("loose.h", "#include <cmath>\nint loose;\n");  // no guard: a second include would redefine
+  inc.write("sys/mine.h", "#pragma once\n");
+  std::vector<std::string> own_dirs = {inc.path()}, kiln_dirs;
+  const std::string dir = src.path();
+  auto prefix = [&](const std::string& text) { return include_prefix(text, own_dirs, kiln_dirs, &dir); };
+  EXPECT_EQ(prefix("#include <math.h>\n#include \"near.h\"\n#include \"layers.h\"\n#include <sys/mine.h>\n#include \"loose.h\"\n"
+                   "#include <vector>\n"),
+            "#include <math.h>\n#include \"" + src.path() + "/near.h\"\n#include \"" + inc.path() + "/layers.h\"\n#include \"" +
+                inc.path() + "/sys/mine.h\"\n");
+  EXPECT_EQ(prefix("#include \"missing.h\"\n#include <cmath>\n"), "");
+  // Without the folder, as for C++ sources and kernel ops: the op's own headers end it.
+  EXPECT_EQ(include_prefix("#include <cmath>\n#include \"near.h\"\n", own_dirs, kiln_dirs), "#include <cmath>\n");
+}
+
+TEST(IncludeGuardTest, PragmaOnceOrAnIfndefDefinePairOpensTheHeader) {
+  EXPECT_TRUE(has_include_guard("#pragma once\nint x;\n"));
+  EXPECT_TRUE(has_include_guard("// Copyright\n/* more\n */\n  #  pragma   once\n"));
+  EXPECT_TRUE(has_include_guard("#ifndef A_H\n#define A_H\n#endif\n"));
+  EXPECT_TRUE(has_include_guard("#ifndef A_H\n# define A_H 1\n#endif\n"));
+  EXPECT_FALSE(has_include_guard("#ifndef A_H\n#define B_H\n#endif\n"));
+  EXPECT_FALSE(has_include_guard("#include <cmath>\n#pragma once\n"));
+  EXPECT_FALSE(has_include_guard("int x;\n#pragma once\n"));
+  EXPECT_FALSE(has_include_guard("#ifdef A_H\n#define A_H\n#endif\n"));
+  EXPECT_FALSE(has_include_guard(""));
+}
+
 // A kernel that includes what framework kernels include.
 std::string heavy_kernel(const std::string& name, const std::string& body) {
   return "#include <cmath>\n#include <vector>\n#include <immintrin.h>\n#include <kiln/cpu_kernel.h>\n"

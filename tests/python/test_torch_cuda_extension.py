@@ -5,8 +5,12 @@ the CUDA runtime), linked against torch's CUDA libraries and cudart, stored and 
 Under a torch built with CUDA (the venv's) the extensions build and import; running a kernel
 needs a GPU, and that test skips saying so where there is none. Under a CPU-only torch
 (Debian's 1.13) a .cu source is refused, naming what is missing."""
+import json
 import os
 import struct
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -136,6 +140,48 @@ def test_load_inline_cuda_sources_with_nvcc_flags(tmp_path):
     images = fatbin_images(section(str(tmp_path / "kiln_cuda_inline.so"), ".nv_fatbin"))
     assert [(kind, sm) for kind, sm, _ in images] == [(2, 90)]  # the -gencode, not TORCH_CUDA_ARCH_LIST
     assert b"twice_kernel" in images[0][2]
+
+
+@needs_cuda_torch
+def test_each_pass_of_a_cuda_source_keeps_its_headers_precompiled(tmp_path):
+    """A .cu source is parsed once per device architecture and once for the host, each time with
+    torch's ATen headers: each pass gets a PCH of the source's include prefix, built beside the
+    first compile and used by the next one whose source starts the same way. Its device code is
+    the same bytes with the PCHs as without."""
+    toolkit_or_skip()
+    cli = os.path.normpath(os.path.join(os.path.dirname(kiln.__file__), "..", "..", "bin", "kiln"))
+    if not os.path.exists(cli):
+        pytest.skip("no kiln command beside this kiln package (%s)" % cli)
+    second = tmp_path / "second"
+    second.mkdir()
+    with open(SOURCES[0]) as f:
+        (second / "scale.cpp").write_text(f.read())
+    with open(SOURCES[1]) as f:  # the same includes and kernels: another op, the same PCHs
+        (second / "scale_kernel.cu").write_text(f.read() + "\n// another source, the same include prefix\n")
+    code = """
+        import sys, kiln.torch
+        kiln.torch.load(name=sys.argv[1], sources=sys.argv[2:4], extra_cuda_cflags=["-O3"], build_directory=sys.argv[4])
+    """
+    env = {"KILN_CACHE_DIR": str(tmp_path / "cache"), "TORCH_CUDA_ARCH_LIST": "9.0", "KILN_LOG": "info"}
+    out = {}
+    for name, sources in (("kiln_pch_first", SOURCES), ("kiln_pch_second", [str(second / "scale.cpp"), str(second / "scale_kernel.cu")])):
+        folder = tmp_path / name
+        folder.mkdir()
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), name] + sources + [str(folder)], capture_output=True,
+                              text=True, env=dict(os.environ, **env), timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        out[name] = (done.stderr, section(str(folder / (name + ".so")), ".nv_fatbin"))
+        if name == "kiln_pch_first":
+            # The first compile parsed the headers; its process stored the PCHs before it ended:
+            # torch/extension.h for scale.cpp, and the .cu's device pass for sm_90 and host pass.
+            listed = json.loads(subprocess.run([cli, "--cache-dir", env["KILN_CACHE_DIR"], "cache", "ls", "--json"], check=True,
+                                               capture_output=True, text=True).stdout)
+            assert len([e for e in listed if e["kind"] == "pch"]) == 3, listed
+            assert "precompiled headers" not in done.stderr
+    assert ": 2 sources" in out["kiln_pch_second"][0] and ", 3 precompiled headers" in out["kiln_pch_second"][0], out["kiln_pch_second"][0]
+    first, second_images = fatbin_images(out["kiln_pch_first"][1]), fatbin_images(out["kiln_pch_second"][1])
+    assert [(k, sm) for k, sm, _ in second_images] == [(2, 90)]
+    assert first == second_images  # the cubin: the same bytes with the PCHs as without
 
 
 def test_nvcc_flags_become_clangs_and_architectures(monkeypatch):
