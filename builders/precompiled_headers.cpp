@@ -48,6 +48,30 @@ constexpr const char* k_prefix_source = "/kiln-precompiled/prefix.h";
 
 }  // namespace
 
+namespace {
+
+// `line` without its // and /* */ comments; `in_comment` carries a /* */ comment across lines.
+std::string without_comments(std::string_view line, bool& in_comment) {
+  std::string code;
+  for (size_t i = 0; i < line.size();) {
+    if (in_comment) {
+      size_t end = line.find("*/", i);
+      in_comment = end == std::string_view::npos;
+      i = in_comment ? line.size() : end + 2;
+    } else if (line.substr(i, 2) == "/*") {
+      in_comment = true;
+      i += 2;
+    } else if (line.substr(i, 2) == "//") {
+      break;
+    } else {
+      code += line[i++];
+    }
+  }
+  return code;
+}
+
+}  // namespace
+
 bool has_include_guard(std::string_view text) {
   // The first directive, past blank lines and comments: `#pragma once`, or `#ifndef X` with
   // `#define X` next.
@@ -57,21 +81,7 @@ bool has_include_guard(std::string_view text) {
     size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
-    std::string code;
-    for (size_t i = 0; i < line.size();) {
-      if (in_comment) {
-        size_t end = line.find("*/", i);
-        in_comment = end == std::string_view::npos;
-        i = in_comment ? line.size() : end + 2;
-      } else if (line.substr(i, 2) == "/*") {
-        in_comment = true;
-        i += 2;
-      } else if (line.substr(i, 2) == "//") {
-        break;
-      } else {
-        code += line[i++];
-      }
-    }
+    std::string code = without_comments(line, in_comment);
     std::string_view c = trim(code);
     if (c.empty()) continue;
     if (c.front() != '#') return false;
@@ -110,21 +120,7 @@ std::string include_prefix(std::string_view text, const std::vector<std::string>
     std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
     if (!line.empty() && line.back() == '\\') break;  // a continued line: not a plain include
-    std::string code;  // the line without its comments
-    for (size_t i = 0; i < line.size();) {
-      if (in_comment) {
-        size_t end = line.find("*/", i);
-        in_comment = end == std::string_view::npos;
-        i = in_comment ? line.size() : end + 2;
-      } else if (line.substr(i, 2) == "/*") {
-        in_comment = true;
-        i += 2;
-      } else if (line.substr(i, 2) == "//") {
-        break;
-      } else {
-        code += line[i++];
-      }
-    }
+    std::string code = without_comments(line, in_comment);
     std::string_view c = trim(code);
     if (c.empty() || c == "#pragma once") continue;
     if (c.front() != '#') break;
