@@ -133,11 +133,12 @@ std::string include_prefix(std::string_view text, const std::vector<std::string>
     std::string header(c.substr(1, close - 1));
     if (quoted || found_in(header, own_dirs)) {
       // One of the op's own headers: only where the caller allows it, by its absolute path,
-      // and only with an include guard (the source includes it again after the PCH).
+      // and only with an include guard (the source includes it again after the PCH); a path
+      // that a "..." include cannot spell ends it.
       if (!source_dir) break;
       std::string path = resolve_own(header, quoted ? *source_dir : std::string(), own_dirs);
       auto header_text = path.empty() ? Result<std::string>(not_found(header)) : read_file(path);
-      if (!header_text.ok() || !has_include_guard(*header_text)) break;
+      if (!header_text.ok() || !has_include_guard(*header_text) || path.find_first_of("\"\\\n") != std::string::npos) break;
       out += "#include \"" + path + "\"\n";
       continue;
     }
