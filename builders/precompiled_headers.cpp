@@ -26,11 +26,16 @@ std::string_view trim(std::string_view s) {
   return s.substr(a, s.find_last_not_of(" \t\r") - a + 1);
 }
 
-bool found_in(const std::string& header, const std::vector<std::string>& dirs) {
+// Where `header`, #included by a source in `source_dir` ("" for <...>), is found: the source's
+// folder first for "...", then `dirs`, as the compiler looks. Empty when it is in none.
+std::string resolve(const std::string& header, const std::string& source_dir, const std::vector<std::string>& dirs) {
+  if (!source_dir.empty() && ::access((source_dir + "/" + header).c_str(), F_OK) == 0) return source_dir + "/" + header;
   for (auto& d : dirs)
-    if (::access((d + "/" + header).c_str(), F_OK) == 0) return true;
-  return false;
+    if (::access((d + "/" + header).c_str(), F_OK) == 0) return d + "/" + header;
+  return {};
 }
+
+bool found_in(const std::string& header, const std::vector<std::string>& dirs) { return !resolve(header, {}, dirs).empty(); }
 
 // A PCH built beside the compile that needed it (see prepare()) runs on the cycles nothing else
 // wants: SCHED_IDLE, where the kernel allows it, else at nice 19. At nice 10, three of them
@@ -98,19 +103,6 @@ bool has_include_guard(std::string_view text) {
   return directives[1].substr(7, directives[1].find(' ', 7) - 7) == guard;
 }
 
-namespace {
-
-// Where `header`, #included by a source in `source_dir` ("" for <...>), is found: the source's
-// folder first for "...", then `dirs`, as the compiler looks. Empty when it is in none.
-std::string resolve_own(const std::string& header, const std::string& source_dir, const std::vector<std::string>& dirs) {
-  if (!source_dir.empty() && ::access((source_dir + "/" + header).c_str(), F_OK) == 0) return source_dir + "/" + header;
-  for (auto& d : dirs)
-    if (::access((d + "/" + header).c_str(), F_OK) == 0) return d + "/" + header;
-  return {};
-}
-
-}  // namespace
-
 std::string include_prefix(std::string_view text, const std::vector<std::string>& own_dirs,
                            const std::vector<std::string>& kiln_dirs, const std::string* source_dir) {
   std::string out;
@@ -136,7 +128,7 @@ std::string include_prefix(std::string_view text, const std::vector<std::string>
       // and only with an include guard (the source includes it again after the PCH); a path
       // that a "..." include cannot spell ends it.
       if (!source_dir) break;
-      std::string path = resolve_own(header, quoted ? *source_dir : std::string(), own_dirs);
+      std::string path = resolve(header, quoted ? *source_dir : std::string(), own_dirs);
       auto header_text = path.empty() ? Result<std::string>(not_found(header)) : read_file(path);
       if (!header_text.ok() || !has_include_guard(*header_text) || path.find_first_of("\"\\\n") != std::string::npos) break;
       out += "#include \"" + path + "\"\n";
