@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -27,7 +29,6 @@
 #include <optional>
 #include <set>
 #include <thread>
-#include <atomic>
 
 #include <clang/Basic/Diagnostic.h>
 #include <clang/Basic/DiagnosticIDs.h>
@@ -84,6 +85,7 @@
 #include "jit/nvrtc/nvjitlink.h"
 #include "jit/spirv/spirv_validate.h"
 #include "jit/toolchain.h"
+#include "support/log.h"
 #include "support/cuda_fatbin.h"
 #include "support/cuda_module_format.h"
 #include "support/cuda_toolkit.h"
@@ -112,6 +114,15 @@ unsigned compile_threads(CompileResult& result) {
     return cores;
   }
   return static_cast<unsigned>(n);
+}
+
+// The sources' indices, longest text first (ties in their order).
+std::vector<size_t> largest_first(const std::vector<SourceFile>& sources) {
+  std::vector<size_t> order(sources.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return sources[a].text.size() > sources[b].text.size(); });
+  return order;
 }
 
 // The name of the device variable that references name expression `i`.
@@ -191,19 +202,27 @@ class ClangToolchain final : public Toolchain {
     for (size_t i = 0; i < n; ++i) consumers.push_back(std::make_unique<CollectingConsumer>(options));
     std::vector<CompileResult> parts(n);
     std::vector<ObjectFile> objects(n);
-    // A host library's C++ units generate code in parts (compile_host_split), on the threads its
-    // sources leave idle (a lone torch extension source: all of them). Always split, whatever the
-    // threads, so the library's bytes do not depend on the machine or KILN_COMPILE_THREADS: with
-    // one thread the split costs no measurable CPU time (fused_norm.cpp, 3 runs each, this machine).
+    // A host library's C++ units generate code in parts (compile_host_split), shared by all the
+    // compile's threads: a thread whose sources are done generates another unit's parts (a lone
+    // torch extension source: on every core). Always split, whatever the threads, so the library's
+    // bytes do not depend on the machine or KILN_COMPILE_THREADS: with one thread the split costs
+    // no measurable CPU time (fused_norm.cpp, 3 runs each, this machine).
     std::vector<std::vector<ObjectFile>> split_objects(n);
     const unsigned cores = compile_threads(result);
-    const unsigned codegen_threads = std::max<unsigned>(1, cores / static_cast<unsigned>(n));
     const bool split = request.host_library;
+    stages::SharedJobs codegen;
+    std::atomic<size_t> unfinished{n};  // sources not yet compiled: the helpers wait for none
     std::vector<char> compiled(n, 0);
+    // The longest sources start first, so that the last one to start is not the one that takes
+    // longest (the quantizer's quant_reduce.cu, the last of its six sources, is most of its build).
+    // Text size stands in for the work; each result keeps its source's place.
+    const std::vector<size_t> order = largest_first(request.sources);
     std::atomic<size_t> next{0};
     auto work = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < n;) {
+      for (size_t k; (k = next.fetch_add(1)) < n;) {
+        const size_t i = order[k];
         const SourceFile& source = request.sources[i];
+        const auto source_start = std::chrono::steady_clock::now();
         if (auto prebuilt = request.prebuilt_objects.find(i); prebuilt != request.prebuilt_objects.end()) {
           objects[i].path = source.path;  // compiled by another compiler (nvcc): linked as it is
           objects[i].bytes.assign(prebuilt->second.begin(), prebuilt->second.end());
@@ -211,12 +230,18 @@ class ClangToolchain final : public Toolchain {
         } else if (request.host_library && is_cuda_source(source.path))
           compiled[i] = compile_cuda_unit(source, i, request, *consumers[i], parts[i], objects[i]);
         else if (split)
-          compiled[i] = compile_host_split(source, i, request, pch_for(request, i), *consumers[i], parts[i], split_objects[i], codegen_threads);
+          compiled[i] = compile_host_split(source, i, request, pch_for(request, i), *consumers[i], parts[i], split_objects[i], codegen);
         else
           compiled[i] = compile_one(source, request, pch_for(request, i), Make::kCode, *consumers[i], parts[i], objects[i]);
+        KILN_LOG_AT(kDebug, "compile", request.label + ": " + source.path + " from +" + std::to_string(static_cast<long long>(ms_since(start))) +
+                                           " ms, in " + std::to_string(static_cast<long long>(ms_since(source_start))) + " ms");
+        unfinished.fetch_sub(1);
+        codegen.notify();
       }
+      if (split) codegen.run_until([&] { return unfinished.load() == 0; });  // help the units still generating code
     };
-    size_t threads = std::min<size_t>(n, cores);
+    // A split library uses every core, whatever its number of sources; other compiles a thread per source.
+    size_t threads = split ? cores : std::min<size_t>(n, cores);
     std::vector<std::thread> pool;
     for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
     work();

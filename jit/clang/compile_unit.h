@@ -4,6 +4,7 @@
 // cuda_fat_binary.h, clang_toolchain.cpp) calls compile_one; the types they share are here.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -68,6 +69,10 @@ struct CudaPass {
 // folder kept out of dependency lists.
 constexpr const char* k_fatbin_path = "/kiln-precompiled/device.fatbin";
 
+
+// Logs at debug level how long a stage of `source` took since `since` (and resets it): where a
+// library's compile spends its time, per source and per stage (KILN_LOG=debug).
+void log_stage(const SourceFile& source, std::string_view stage, std::chrono::steady_clock::time_point& since);
 
 // Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
 // prefix, made by Make::kPrecompiledHeader with the same request options.

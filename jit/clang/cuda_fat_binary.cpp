@@ -90,6 +90,7 @@ bool compile_cuda_unit(const SourceFile& source, size_t index, const CompileRequ
     return false;
   }
   const size_t n = sms.size();
+  auto stage_start = std::chrono::steady_clock::now();
   clang::DiagnosticOptions options;
   options.ShowColors = false;
   std::vector<std::unique_ptr<CollectingConsumer>> consumers;
@@ -122,6 +123,7 @@ bool compile_cuda_unit(const SourceFile& source, size_t index, const CompileRequ
   }
   if (!ok) return false;
   // nvJitLink reads PTX up to its NUL: a std::string has one after its bytes.
+  log_stage(source, "device passes (" + std::to_string(n) + ")", stage_start);
   std::vector<std::string> ptx_text(n);
   for (size_t i = 0; i < n; ++i) ptx_text[i].assign(ptx[i].bytes.data(), ptx[i].bytes.size());
   // The device code: cubins (linked side by side), then PTX, as nvcc orders them.
@@ -137,6 +139,7 @@ bool compile_cuda_unit(const SourceFile& source, size_t index, const CompileRequ
     if (wants_cubin[i])
       threads.emplace_back([&, i] { cubins[i] = link_cubin(ptx_text[i], sms[i]); });
   for (auto& t : threads) t.join();
+  log_stage(source, "cubins linked", stage_start);
   std::vector<FatbinImage> images;
   for (size_t i = 0; i < n; ++i) {
     if (!wants_cubin[i]) continue;
@@ -155,7 +158,9 @@ bool compile_cuda_unit(const SourceFile& source, size_t index, const CompileRequ
     return false;
   }
   CudaPass host{0, *fatbin};
-  return compile_one(source, request, cuda_pass_pch(request, index, 0), Make::kCode, consumer, part, object, nullptr, &host);
+  ok = compile_one(source, request, cuda_pass_pch(request, index, 0), Make::kCode, consumer, part, object, nullptr, &host);
+  log_stage(source, "host pass", stage_start);
+  return ok;
 }
 
 }  // namespace kiln::jit::stages

@@ -77,13 +77,45 @@ namespace kiln::jit::stages {
 
 constexpr unsigned k_codegen_partitions = 4;
 
+void SharedJobs::push(std::vector<std::function<void()>> jobs) {
+  {
+    std::lock_guard lock(m_mutex);
+    for (auto& job : jobs) m_queue.push_back(std::move(job));
+  }
+  m_changed.notify_all();
+}
+
+void SharedJobs::notify() {
+  { std::lock_guard lock(m_mutex); }  // a waiter between its check and its wait sees the change
+  m_changed.notify_all();
+}
+
+void SharedJobs::run_until(const std::function<bool()>& done) {
+  std::unique_lock lock(m_mutex);
+  while (!done()) {
+    if (m_queue.empty()) {
+      m_changed.wait(lock);
+      continue;
+    }
+    std::function<void()> job = std::move(m_queue.front());
+    m_queue.pop_front();
+    lock.unlock();
+    job();
+    lock.lock();
+    m_changed.notify_all();  // a job ended: its producer may be done
+  }
+}
+
 bool compile_host_split(const SourceFile& source, size_t unit_index, const CompileRequest& request, std::string_view pch,
-                        CollectingConsumer& consumer, CompileResult& result, std::vector<ObjectFile>& objects, unsigned threads) {
+                        CollectingConsumer& consumer, CompileResult& result, std::vector<ObjectFile>& objects,
+                        SharedJobs& jobs) {
+  auto stage_start = std::chrono::steady_clock::now();
   llvm::LLVMContext context;
   ModuleOut unit;
   unit.context = &context;
   ObjectFile unused;
   if (!compile_one(source, request, pch, Make::kModule, consumer, result, unused, &unit)) return false;
+  log_stage(source, "parsed and optimised", stage_start);
   // The split makes locals that parts share hidden globals under their own names (".str.3",
   // std::__ioinit): two sources of one library would then define the same ones. Each unit's
   // locals get the unit's number first (deterministic, and nothing outside the library sees them).
@@ -105,29 +137,36 @@ bool compile_host_split(const SourceFile& source, size_t unit_index, const Compi
   std::vector<std::unique_ptr<CollectingConsumer>> consumers;
   for (size_t i = 0; i < parts.size(); ++i) consumers.push_back(std::make_unique<CollectingConsumer>(options));
   std::vector<char> done(parts.size(), 0);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < parts.size();) {
-      llvm::LLVMContext own;
-      auto module = llvm::parseBitcodeFile(llvm::MemoryBufferRef(llvm::StringRef(parts[i].data(), parts[i].size()), "part"), own);
-      if (!module) {
-        consumers[i]->add_error("code generation part " + std::to_string(i) + " does not read back: " +
-                                llvm::toString(module.takeError()));
-        continue;
-      }
-      clang::CompilerInstance instance(std::make_shared<clang::CompilerInvocation>(*unit.invocation));
-      instance.getCodeGenOpts().DisableLLVMPasses = true;  // optimised already, as a whole
-      instance.createDiagnostics(consumers[i].get(), /*ShouldOwnClient=*/false);
-      objects[i].path = source.path;
-      clang::emitBackendOutput(instance, instance.getCodeGenOpts(), data_layout, module->get(), clang::Backend_EmitObj,
-                               llvm::vfs::getRealFileSystem(), std::make_unique<llvm::raw_svector_ostream>(objects[i].bytes));
-      done[i] = !instance.getDiagnostics().hasErrorOccurred();
+  // Counted under no lock of ours: run_until reads it under the queue's lock, after each job ends.
+  std::atomic<size_t> remaining{parts.size()};
+  auto generate = [&](size_t i) {
+    llvm::LLVMContext own;
+    auto module = llvm::parseBitcodeFile(llvm::MemoryBufferRef(llvm::StringRef(parts[i].data(), parts[i].size()), "part"), own);
+    if (!module) {
+      consumers[i]->add_error("code generation part " + std::to_string(i) + " does not read back: " +
+                              llvm::toString(module.takeError()));
+      return;
     }
+    clang::CompilerInstance instance(std::make_shared<clang::CompilerInvocation>(*unit.invocation));
+    instance.getCodeGenOpts().DisableLLVMPasses = true;  // optimised already, as a whole
+    instance.createDiagnostics(consumers[i].get(), /*ShouldOwnClient=*/false);
+    objects[i].path = source.path;
+    clang::emitBackendOutput(instance, instance.getCodeGenOpts(), data_layout, module->get(), clang::Backend_EmitObj,
+                             llvm::vfs::getRealFileSystem(), std::make_unique<llvm::raw_svector_ostream>(objects[i].bytes));
+    done[i] = !instance.getDiagnostics().hasErrorOccurred();
   };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < std::min<size_t>(threads, parts.size()); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  std::vector<std::function<void()>> own_jobs;
+  for (size_t i = 0; i < parts.size(); ++i)
+    own_jobs.push_back([&, i] {
+      auto part_start = std::chrono::steady_clock::now();
+      generate(i);
+      log_stage(source, "part " + std::to_string(i) + " (" + std::to_string(parts[i].size()) + " bytes of bitcode)", part_start);
+      remaining.fetch_sub(1);
+    });
+  jobs.push(std::move(own_jobs));
+  // The jobs reference this frame: it is left only once all of them have run, on whatever thread.
+  jobs.run_until([&] { return remaining.load() == 0; });
+  log_stage(source, "code generated (" + std::to_string(parts.size()) + " parts)", stage_start);
   bool ok = true;
   for (size_t i = 0; i < parts.size(); ++i) {
     ok = ok && done[i];

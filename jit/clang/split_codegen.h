@@ -1,6 +1,10 @@
 // The in-process Clang toolchain's split code generation stage for a host library's C++ unit.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
@@ -18,7 +22,30 @@ namespace kiln::jit::stages {
 // generation), and a lone source would otherwise leave the other cores idle.
 // The number of parts is fixed, not the number of threads, so the library's bytes do not depend
 // on the machine that built it.
+// The parts' code generation goes into `jobs`, shared by every thread of the library's compile:
+// the unit's own thread runs them, and a thread whose sources are done helps (a pybind11 source
+// of DeepSpeed's spends most of its time there, while the other core has finished its .cu files).
 bool compile_host_split(const SourceFile& source, size_t unit_index, const CompileRequest& request, std::string_view pch,
-                        CollectingConsumer& consumer, CompileResult& result, std::vector<ObjectFile>& objects, unsigned threads);
+                        CollectingConsumer& consumer, CompileResult& result, std::vector<ObjectFile>& objects,
+                        class SharedJobs& jobs);
+
+// Jobs that any thread of one compile may run. A producer pushes its jobs and then runs jobs
+// (its own or others') until its own are done; a thread with nothing of its own runs jobs until
+// the compile's last producer is done. Waiting threads sleep; they wake when a job is pushed or
+// finishes.
+class SharedJobs {
+ public:
+  void push(std::vector<std::function<void()>> jobs);
+  // Runs queued jobs until done() holds (checked under the queue's lock after each job ends or
+  // each wake-up); done() must become true through jobs ending or through notify().
+  void run_until(const std::function<bool()>& done);
+  // Wakes the waiting threads to check their condition again.
+  void notify();
+
+ private:
+  std::mutex m_mutex;
+  std::condition_variable m_changed;
+  std::deque<std::function<void()>> m_queue;
+};
 
 }  // namespace kiln::jit::stages

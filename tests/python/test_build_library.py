@@ -181,3 +181,31 @@ def test_a_prelude_with_vtables_serves_every_unit_through_its_precompiled_header
     assert "precompiled" not in done.stdout, done.stdout
     assert "shapes.h', 14, \"member reference base type 'int' is not a structure or union\"" in done.stdout, done.stdout
     assert "bad.cpp', 1, " in done.stdout, done.stdout
+
+
+THIRD = r"""
+#include <string>
+static std::string name() { return "third"; }
+#define USER(n) extern "C" int third##n(int x) { return x + n + static_cast<int>(name().size()); }
+USER(0) USER(1) USER(2) USER(3) USER(4) USER(5) USER(6) USER(7)
+"""
+
+
+def test_units_that_share_their_code_generation_make_the_same_library_on_any_threads(tmp_path):
+    # Three units, each split into parts that any of the compile's threads may generate (a thread
+    # whose units are done takes another unit's parts): whoever ran which part, the same bytes.
+    for name, text in (("split_demo.cpp", SOURCE), ("second.cpp", SECOND), ("third.cpp", THIRD)):
+        (tmp_path / name).write_text(text)
+    outs = []
+    for threads in (1, 2, 8):
+        out = tmp_path / ("three_%d.so" % threads)
+        run_python("""
+            import kiln
+            kiln.context("none").build_library("three_units", [%r, %r, %r], flags=["-O2", "-std=c++17"], output=%r)
+            """ % (str(tmp_path / "split_demo.cpp"), str(tmp_path / "second.cpp"), str(tmp_path / "third.cpp"), str(out)),
+                   env={"KILN_CACHE_DIR": str(tmp_path / ("cache%d" % threads)), "KILN_COMPILE_THREADS": str(threads)})
+        check(out)
+        lib = ctypes.CDLL(str(out))
+        assert lib.second_value() == 7 + len("hello from the second unit") and lib.third7(1) == 1 + 7 + 5
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] == outs[2]
