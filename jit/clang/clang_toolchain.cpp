@@ -85,7 +85,6 @@
 #include "jit/nvrtc/nvjitlink.h"
 #include "jit/spirv/spirv_validate.h"
 #include "jit/toolchain.h"
-#include "support/log.h"
 #include "support/cuda_fatbin.h"
 #include "support/cuda_module_format.h"
 #include "support/cuda_toolkit.h"
@@ -214,7 +213,7 @@ class ClangToolchain final : public Toolchain {
     std::atomic<size_t> unfinished{n};  // sources not yet compiled: the helpers wait for none
     std::vector<char> compiled(n, 0);
     // The longest sources start first, so that the last one to start is not the one that takes
-    // longest (the quantizer's quant_reduce.cu, the last of its six sources, is most of its build).
+    // longest (the quantizer's quant_reduce.cu, most of its build, was the last of its six sources to start).
     // Text size stands in for the work; each result keeps its source's place.
     const std::vector<size_t> order = largest_first(request.sources);
     std::atomic<size_t> next{0};
@@ -222,7 +221,7 @@ class ClangToolchain final : public Toolchain {
       for (size_t k; (k = next.fetch_add(1)) < n;) {
         const size_t i = order[k];
         const SourceFile& source = request.sources[i];
-        const auto source_start = std::chrono::steady_clock::now();
+        auto source_start = std::chrono::steady_clock::now();
         if (auto prebuilt = request.prebuilt_objects.find(i); prebuilt != request.prebuilt_objects.end()) {
           objects[i].path = source.path;  // compiled by another compiler (nvcc): linked as it is
           objects[i].bytes.assign(prebuilt->second.begin(), prebuilt->second.end());
@@ -233,15 +232,14 @@ class ClangToolchain final : public Toolchain {
           compiled[i] = compile_host_split(source, i, request, pch_for(request, i), *consumers[i], parts[i], split_objects[i], codegen);
         else
           compiled[i] = compile_one(source, request, pch_for(request, i), Make::kCode, *consumers[i], parts[i], objects[i]);
-        KILN_LOG_AT(kDebug, "compile", request.label + ": " + source.path + " from +" + std::to_string(static_cast<long long>(ms_since(start))) +
-                                           " ms, in " + std::to_string(static_cast<long long>(ms_since(source_start))) + " ms");
+        log_stage(source, "compiled", source_start);
         unfinished.fetch_sub(1);
         codegen.notify();
       }
       if (split) codegen.run_until([&] { return unfinished.load() == 0; });  // help the units still generating code
     };
-    // A split library uses every core, whatever its number of sources; other compiles a thread per source.
-    size_t threads = split ? cores : std::min<size_t>(n, cores);
+    // A split library's threads also generate its units' parts; other compiles use a thread per source.
+    size_t threads = std::min<size_t>(split ? n * stages::k_codegen_partitions : n, cores);
     std::vector<std::thread> pool;
     for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
     work();

@@ -77,15 +77,16 @@
 
 namespace kiln::jit::stages {
 
-// Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
-// prefix, made by Make::kPrecompiledHeader with the same request options.
 void log_stage(const SourceFile& source, std::string_view stage, std::chrono::steady_clock::time_point& since) {
+  if (!log_enabled(LogLevel::kDebug)) return;
   auto now = std::chrono::steady_clock::now();
   KILN_LOG_AT(kDebug, "compile", source.path + ": " + std::string(stage) + " in " +
                                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - since).count()) + " ms");
   since = now;
 }
 
+// Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
+// prefix, made by Make::kPrecompiledHeader with the same request options.
 bool compile_one(const SourceFile& source, const CompileRequest& request, std::string_view pch, Make make,
                  CollectingConsumer& consumer, CompileResult& result, ObjectFile& object, ModuleOut* module_out,
                  const CudaPass* cuda_pass) {

@@ -123,7 +123,7 @@ bool compile_cuda_unit(const SourceFile& source, size_t index, const CompileRequ
   }
   if (!ok) return false;
   // nvJitLink reads PTX up to its NUL: a std::string has one after its bytes.
-  log_stage(source, "device passes (" + std::to_string(n) + ")", stage_start);
+  log_stage(source, "device passes", stage_start);
   std::vector<std::string> ptx_text(n);
   for (size_t i = 0; i < n; ++i) ptx_text[i].assign(ptx[i].bytes.data(), ptx[i].bytes.size());
   // The device code: cubins (linked side by side), then PTX, as nvcc orders them.

@@ -75,8 +75,6 @@
 
 namespace kiln::jit::stages {
 
-constexpr unsigned k_codegen_partitions = 4;
-
 void SharedJobs::push(std::vector<std::function<void()>> jobs) {
   {
     std::lock_guard lock(m_mutex);
@@ -158,15 +156,13 @@ bool compile_host_split(const SourceFile& source, size_t unit_index, const Compi
   std::vector<std::function<void()>> own_jobs;
   for (size_t i = 0; i < parts.size(); ++i)
     own_jobs.push_back([&, i] {
-      auto part_start = std::chrono::steady_clock::now();
       generate(i);
-      log_stage(source, "part " + std::to_string(i) + " (" + std::to_string(parts[i].size()) + " bytes of bitcode)", part_start);
       remaining.fetch_sub(1);
     });
   jobs.push(std::move(own_jobs));
   // The jobs reference this frame: it is left only once all of them have run, on whatever thread.
   jobs.run_until([&] { return remaining.load() == 0; });
-  log_stage(source, "code generated (" + std::to_string(parts.size()) + " parts)", stage_start);
+  log_stage(source, "code generated", stage_start);
   bool ok = true;
   for (size_t i = 0; i < parts.size(); ++i) {
     ok = ok && done[i];

@@ -25,6 +25,8 @@ namespace kiln::jit::stages {
 // The parts' code generation goes into `jobs`, shared by every thread of the library's compile:
 // the unit's own thread runs them, and a thread whose sources are done helps (a pybind11 source
 // of DeepSpeed's spends most of its time there, while the other core has finished its .cu files).
+inline constexpr unsigned k_codegen_partitions = 4;
+
 bool compile_host_split(const SourceFile& source, size_t unit_index, const CompileRequest& request, std::string_view pch,
                         CollectingConsumer& consumer, CompileResult& result, std::vector<ObjectFile>& objects,
                         class SharedJobs& jobs);
