@@ -2,6 +2,7 @@
 (no torch): its code is generated in parts, on as many threads as KILN_COMPILE_THREADS allows, and
 the library works and has the same bytes whatever the number of threads."""
 import ctypes
+import re
 
 from conftest import run_python
 
@@ -209,3 +210,18 @@ def test_units_that_share_their_code_generation_make_the_same_library_on_any_thr
         assert lib.second_value() == 7 + len("hello from the second unit") and lib.third7(1) == 1 + 7 + 5
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] == outs[2]
+
+
+def test_debug_logging_times_each_unit_and_its_stages(tmp_path):
+    # KILN_LOG=debug says where a library's compile spends its time (the README's DeepSpeed figures
+    # lean on it): each unit's parse and optimisation, its code generation, and the whole unit.
+    (tmp_path / "split_demo.cpp").write_text(SOURCE)
+    (tmp_path / "second.cpp").write_text(SECOND)
+    done = run_python("""
+        import kiln
+        kiln.context("none").build_library("logged", [%r, %r], flags=["-O2", "-std=c++17"], output=%r)
+        """ % (str(tmp_path / "split_demo.cpp"), str(tmp_path / "second.cpp"), str(tmp_path / "logged.so")),
+                      env={"KILN_CACHE_DIR": str(tmp_path / "cache"), "KILN_LOG": "debug"})
+    for unit in ("split_demo.cpp", "second.cpp"):
+        for stage in ("parsed and optimised", "code generated", "compiled"):
+            assert re.search(r"compile: \S*%s: %s in \d+ ms" % (re.escape(unit), stage), done.stderr), (unit, stage, done.stderr[-2000:])
