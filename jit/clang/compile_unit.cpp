@@ -45,6 +45,8 @@
 #include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/DataLayout.h>
 #include <llvm/IR/Constants.h>
+#include <llvm/IR/GlobalVariable.h>
+#include <llvm/IR/InstrTypes.h>
 #include <llvm/Linker/Linker.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
@@ -83,6 +85,32 @@ void log_stage(const SourceFile& source, std::string_view stage, std::chrono::st
   KILN_LOG_AT(kDebug, "compile", source.path + ": " + std::string(stage) + " in " +
                                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - since).count()) + " ms");
   since = now;
+}
+
+// What a device pass's module defines: its kernels, device functions and variables.
+static void defined_symbols(const llvm::Module* module, std::set<std::string>& out) {
+  if (!module) return;
+  for (const auto& function : *module)
+    if (!function.isDeclaration()) out.insert(function.getName().str());
+  for (const auto& variable : module->globals())
+    if (!variable.isDeclaration()) out.insert(variable.getName().str());
+}
+
+// The device-side names of what a host pass's module registers with the CUDA runtime: the
+// kernels (__cudaRegisterFunction's third argument) and device variables (__cudaRegisterVar's).
+static void registered_device_symbols(const llvm::Module* module, std::set<std::string>& out) {
+  if (!module) return;
+  for (const char* registrar : {"__cudaRegisterFunction", "__cudaRegisterVar"}) {
+    const llvm::Function* function = module->getFunction(registrar);
+    if (!function) continue;
+    for (const llvm::User* user : function->users()) {
+      const auto* call = llvm::dyn_cast<llvm::CallBase>(user);
+      if (!call || call->arg_size() < 3) continue;
+      const auto* name = llvm::dyn_cast<llvm::GlobalVariable>(call->getArgOperand(2)->stripPointerCasts());
+      const auto* text = name && name->hasInitializer() ? llvm::dyn_cast<llvm::ConstantDataSequential>(name->getInitializer()) : nullptr;
+      if (text && text->isCString()) out.insert(text->getAsCString().str());
+    }
+  }
 }
 
 // Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
@@ -285,12 +313,20 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
     llvm::raw_svector_ostream text(object.bytes);
     PreprocessInto action(text);
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
+  } else if (device_pass && cuda_pass->skip_host_bodies && pch.empty()) {
+    instance.getFrontendOpts().SkipFunctionBodies = true;  // those SkipHostOnlyBodies picks
+    WithConsumer<clang::EmitAssemblyAction, SkipHostOnlyBodies> action;
+    ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
+    if (cuda_pass->skipped) *cuda_pass->skipped = true;
+    if (ok && cuda_pass->symbols) defined_symbols(action.takeModule().get(), *cuda_pass->symbols);
   } else if (request.language == "cuda" || device_pass) {
     clang::EmitAssemblyAction action;  // PTX is NVPTX's assembly
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
+    if (ok && cuda_pass && cuda_pass->symbols) defined_symbols(action.takeModule().get(), *cuda_pass->symbols);
   } else {
     clang::EmitObjAction action;
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
+    if (ok && cuda_pass && cuda_pass->symbols) registered_device_symbols(action.takeModule().get(), *cuda_pass->symbols);
   }
   // Clang's own resource headers (stddef.h, __clang_cuda_builtin_vars.h, ...) belong to the
   // toolchain, whose identity is in every key: keep them out of the manifest, so a node that

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,13 @@ struct ModuleOut {
 struct CudaPass {
   int device_sm = 0;        // > 0: the device pass for sm_<device_sm>; 0: the host pass
   std::string_view fatbin;  // the host pass: the fat binary to embed
+  // A device pass: parse without the system headers' host-only function bodies
+  // (SkipHostOnlyBodies), where it has no PCH; `*skipped` says whether it did.
+  bool skip_host_bodies = false;
+  bool* skipped = nullptr;
+  // When set: a device pass's defined functions and variables; the host pass's registered
+  // kernels and device variables (their device-side names).
+  std::set<std::string>* symbols = nullptr;
 };
 
 // Where the host pass finds the fat binary: in the in-memory file system, beside a PCH, in the
