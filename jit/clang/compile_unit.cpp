@@ -315,18 +315,16 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
   } else if (device_pass && cuda_pass->skip_host_bodies && pch.empty()) {
     instance.getFrontendOpts().SkipFunctionBodies = true;  // those SkipHostOnlyBodies picks
-    WithConsumer<clang::EmitAssemblyAction, SkipHostOnlyBodies> action;
+    WithConsumersBefore<clang::EmitAssemblyAction, SkipHostOnlyBodies> action;
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
-    if (cuda_pass->skipped) *cuda_pass->skipped = true;
-    if (ok && cuda_pass->symbols) defined_symbols(action.takeModule().get(), *cuda_pass->symbols);
+    if (ok && cuda_pass->symbols) defined_symbols(action.takeModule().get(), cuda_pass->symbols->emplace());
   } else if (request.language == "cuda" || device_pass) {
     clang::EmitAssemblyAction action;  // PTX is NVPTX's assembly
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
-    if (ok && cuda_pass && cuda_pass->symbols) defined_symbols(action.takeModule().get(), *cuda_pass->symbols);
   } else {
     clang::EmitObjAction action;
     ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
-    if (ok && cuda_pass && cuda_pass->symbols) registered_device_symbols(action.takeModule().get(), *cuda_pass->symbols);
+    if (ok && cuda_pass && cuda_pass->symbols) registered_device_symbols(action.takeModule().get(), cuda_pass->symbols->emplace());
   }
   // Clang's own resource headers (stddef.h, __clang_cuda_builtin_vars.h, ...) belong to the
   // toolchain, whose identity is in every key: keep them out of the manifest, so a node that

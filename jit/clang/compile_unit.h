@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -65,12 +66,11 @@ struct CudaPass {
   int device_sm = 0;        // > 0: the device pass for sm_<device_sm>; 0: the host pass
   std::string_view fatbin;  // the host pass: the fat binary to embed
   // A device pass: parse without the system headers' host-only function bodies
-  // (SkipHostOnlyBodies), where it has no PCH; `*skipped` says whether it did.
+  // (SkipHostOnlyBodies) where it has no PCH, and then set `*symbols` to the functions and
+  // variables its module defines (left empty when it parsed every body).
   bool skip_host_bodies = false;
-  bool* skipped = nullptr;
-  // When set: a device pass's defined functions and variables; the host pass's registered
-  // kernels and device variables (their device-side names).
-  std::set<std::string>* symbols = nullptr;
+  // The host pass, when set: the device-side names of the kernels and variables it registers.
+  std::optional<std::set<std::string>>* symbols = nullptr;
 };
 
 // Where the host pass finds the fat binary: in the in-memory file system, beside a PCH, in the

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -88,7 +89,7 @@ namespace kiln::jit::stages {
 // variable that a device pass did not define (a skipped body instantiated it), and the unit
 // must be compiled again without skipping.
 static bool compile_cuda_passes(const SourceFile& source, size_t index, const CompileRequest& request, CollectingConsumer& consumer,
-                                CompileResult& part, ObjectFile& object, bool skip_host_bodies, std::string* incomplete) {
+                                CompileResult& part, ObjectFile& object, bool skip_host_bodies, std::string& incomplete) {
   std::vector<int> sms = cuda_device_sms(request);
   if (sms.empty()) {
     part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0,
@@ -104,10 +105,9 @@ static bool compile_cuda_passes(const SourceFile& source, size_t index, const Co
   std::vector<CompileResult> passes(n);
   std::vector<ObjectFile> ptx(n);
   std::vector<char> compiled(n, 0);
-  std::vector<std::set<std::string>> defined(n);
-  std::unique_ptr<bool[]> skipped(new bool[n]());
+  std::vector<std::optional<std::set<std::string>>> defined(n);  // set by the passes that skipped
   auto device = [&](size_t i) {
-    CudaPass pass{sms[i], {}, skip_host_bodies, &skipped[i], &defined[i]};
+    CudaPass pass{sms[i], {}, skip_host_bodies, &defined[i]};
     compiled[i] = compile_one(source, request, cuda_pass_pch(request, index, sms[i]), Make::kCode, *consumers[i], passes[i], ptx[i],
                               nullptr, &pass);
   };
@@ -165,16 +165,18 @@ static bool compile_cuda_passes(const SourceFile& source, size_t index, const Co
     part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0, fatbin.status().message()});
     return false;
   }
-  std::set<std::string> registered;
-  CudaPass host{0, *fatbin, false, nullptr, &registered};
+  // What the host registers is looked up only when a device pass skipped bodies.
+  std::optional<std::set<std::string>> registered;
+  const bool any_skipped = std::any_of(defined.begin(), defined.end(), [](const auto& d) { return d.has_value(); });
+  CudaPass host{0, *fatbin, false, any_skipped ? &registered : nullptr};
   ok = compile_one(source, request, cuda_pass_pch(request, index, 0), Make::kCode, consumer, part, object, nullptr, &host);
   log_stage(source, "host pass", stage_start);
-  if (ok)
-    for (size_t i = 0; i < n && incomplete->empty(); ++i)
-      if (skipped[i])
-        for (const auto& name : registered)
-          if (!defined[i].count(name)) {
-            *incomplete = name + " (sm_" + std::to_string(sms[i]) + ")";
+  if (ok && registered)
+    for (size_t i = 0; i < n && incomplete.empty(); ++i)
+      if (defined[i])
+        for (const auto& name : *registered)
+          if (!defined[i]->count(name)) {
+            incomplete = name + " (sm_" + std::to_string(sms[i]) + ")";
             break;
           }
   return ok;
@@ -184,30 +186,18 @@ bool compile_cuda_unit(const SourceFile& source, size_t index, const CompileRequ
                        CompileResult& part, ObjectFile& object) {
   // KILN_CUDA_HOST_BODIES=1: the device passes parse every body (a check, and a way out).
   const char* keep = ::getenv("KILN_CUDA_HOST_BODIES");
-  if (keep && std::string_view(keep) == "1") {
-    std::string unused;
-    return compile_cuda_passes(source, index, request, consumer, part, object, false, &unused);
-  }
-  // A first try into its own diagnostics and result, kept unless it must be redone.
-  clang::DiagnosticOptions options;
-  CollectingConsumer first_consumer(options);
-  CompileResult first;
-  ObjectFile first_object;
+  const bool skip = !(keep && std::string_view(keep) == "1");
+  const CompileResult at_entry = part;
   std::string incomplete;
-  bool ok = compile_cuda_passes(source, index, request, first_consumer, first, first_object, true, &incomplete);
-  if (incomplete.empty()) {
-    consumer.absorb(first_consumer);
-    part.diagnostics.insert(part.diagnostics.end(), first.diagnostics.begin(), first.diagnostics.end());
-    part.log += first.log;
-    part.dependencies.insert(part.dependencies.end(), first.dependencies.begin(), first.dependencies.end());
-    part.missing_files.insert(part.missing_files.end(), first.missing_files.begin(), first.missing_files.end());
-    if (first.headers_parsed) part.headers_parsed = part.headers_parsed.value_or(0) + *first.headers_parsed;
-    object = std::move(first_object);
-    return ok;
-  }
+  bool ok = compile_cuda_passes(source, index, request, consumer, part, object, skip, incomplete);
+  if (incomplete.empty()) return ok;
   KILN_LOG_AT(kDebug, "compile", source.path + ": the host pass registers " + incomplete +
                                      ", which the device pass did not define without the headers' host-only bodies: compiling it again with them");
-  return compile_cuda_passes(source, index, request, consumer, part, object, false, &incomplete);
+  // The first try's diagnostics, log and dependencies go; the second's replace them.
+  part = at_entry;
+  consumer.clear();
+  object = ObjectFile{};
+  return compile_cuda_passes(source, index, request, consumer, part, object, false, incomplete);
 }
 
 }  // namespace kiln::jit::stages

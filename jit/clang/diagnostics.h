@@ -66,6 +66,12 @@ class CollectingConsumer final : public clang::DiagnosticConsumer {
     for (auto& d : other.take_diagnostics()) m_diagnostics.push_back(std::move(d));
     m_stream << other.text();
   }
+  // Forgets what was collected (a compile that is redone).
+  void clear() {
+    m_stream.flush();
+    m_text.clear();
+    m_diagnostics.clear();
+  }
   std::string text() {
     m_stream.flush();
     return m_text;

@@ -35,18 +35,23 @@ class BeforePchWriter : public clang::SemaConsumer {
   clang::Sema* m_sema = nullptr;
 };
 
-// Clang's PCH action with each of `Prepare` (BeforePchWriters), in order, ahead of its writer.
-template <typename... Prepare>
-class GeneratePchAfter final : public clang::GeneratePCHAction {
+// Clang's `Action` with each of `Before` (ASTConsumers), in order, ahead of its own consumer:
+// they see each declaration, and the end of the unit, before it does.
+template <typename Action, typename... Before>
+class WithConsumersBefore final : public Action {
   std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance& ci, llvm::StringRef in_file) override {
-    auto writer = GeneratePCHAction::CreateASTConsumer(ci, in_file);
-    if (!writer) return nullptr;
+    auto own = Action::CreateASTConsumer(ci, in_file);
+    if (!own) return nullptr;
     std::vector<std::unique_ptr<clang::ASTConsumer>> consumers;
-    (consumers.push_back(std::make_unique<Prepare>()), ...);
-    consumers.push_back(std::move(writer));
+    (consumers.push_back(std::make_unique<Before>()), ...);
+    consumers.push_back(std::move(own));
     return std::make_unique<clang::MultiplexConsumer>(std::move(consumers));
   }
 };
+
+// Clang's PCH action with each of `Prepare` (BeforePchWriters), in order, ahead of its writer.
+template <typename... Prepare>
+using GeneratePchAfter = WithConsumersBefore<clang::GeneratePCHAction, Prepare...>;
 
 // For CUDA: without two lists of its headers' declarations that every compile using the PCH
 // reads whole at its end, deserializing each: the functions Clang checks for "deferred
@@ -132,19 +137,6 @@ class SkipHostOnlyBodies final : public clang::ASTConsumer {
 
  private:
   const clang::SourceManager* m_sources = nullptr;
-};
-
-// Clang's `Action` with `Extra` (an ASTConsumer) beside its own consumer.
-template <typename Action, typename Extra>
-class WithConsumer final : public Action {
-  std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance& ci, llvm::StringRef in_file) override {
-    auto own = Action::CreateASTConsumer(ci, in_file);
-    if (!own) return nullptr;
-    std::vector<std::unique_ptr<clang::ASTConsumer>> consumers;
-    consumers.push_back(std::move(own));
-    consumers.push_back(std::make_unique<Extra>());
-    return std::make_unique<clang::MultiplexConsumer>(std::move(consumers));
-  }
 };
 
 // -E into a stream of ours (Clang's own action writes to the output file).

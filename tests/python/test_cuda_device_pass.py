@@ -6,11 +6,8 @@ template, is found by comparing what the host pass registers with what the devic
 and the source is compiled again with every body. Real Clang, real CUDA headers and nvJitLink;
 compiling for sm_90 needs no GPU."""
 import os
-import textwrap
 
 import pytest
-
-import kiln
 
 from conftest import run_python  # noqa: E402
 from test_torch_cuda_extension import fatbin_images, section  # noqa: E402
