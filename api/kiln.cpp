@@ -246,6 +246,7 @@ Library Context::build_library(const LibraryOptions& options) {
   lib.unit_defines = options.unit_defines;
   lib.link_flags = options.link_flags;
   lib.facts = options.facts;
+  lib.make_precompiled_headers = options.make_precompiled_headers;
   bool cuda = false;
   for (auto& path : sources) cuda = cuda || jit::is_cuda_source(path);
   if (cuda) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -40,11 +41,27 @@ bool found_in(const std::string& header, const std::vector<std::string>& dirs) {
 // A PCH built beside the compile that needed it (see prepare()) runs on the cycles nothing else
 // wants: SCHED_IDLE, where the kernel allows it, else at nice 19. At nice 10, three of them
 // beside DeepSpeed's FusedAdam (a C++ and a CUDA source on two cores) made its first build 45 s
-// instead of 40.5 s.
-void yield_the_cores() {
+// instead of 40.5 s. Returns the thread's nice value before.
+int yield_the_cores() {
+  const id_t self = static_cast<id_t>(::gettid());
+  errno = 0;
+  int nice = ::getpriority(PRIO_PROCESS, self);
+  if (errno != 0) nice = 0;
   sched_param idle{};
-  if (::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle) != 0)
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+  if (::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle) != 0) ::setpriority(PRIO_PROCESS, self, 19);
+  return nice;
+}
+
+// Gives a yielded background build its priority back, once a compile waits for it. Without
+// this, a build in SCHED_IDLE gets no cycle while anything else runs: Inductor's kernels of a
+// cold node, each waiting for the prelude's PCH, waited 70-88 s for it on this 2-core machine
+// under load (2026-11-28), where the build takes ~3 s of CPU.
+void restore_priority(pid_t thread, int nice) {
+  sched_param normal{};
+  ::sched_setscheduler(thread, SCHED_OTHER, &normal);
+  // The nice-19 fallback; raising it back may be refused to an unprivileged process (it then
+  // stays low, as before).
+  if (::getpriority(PRIO_PROCESS, static_cast<id_t>(thread)) != nice) ::setpriority(PRIO_PROCESS, static_cast<id_t>(thread), nice);
 }
 
 // Where the text of a PCH's prefix appears to the compiler: in the folder the Clang toolchain
@@ -362,6 +379,8 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
       if (it == m_slots.end()) {
         lock.unlock();
         auto found = lookup(key, *request.spec);  // outside the lock: it reads a blob
+        // A one-off build (an ISA probe) uses a stored PCH and makes none.
+        if (!found && request.spec->library && !request.spec->library->make_precompiled_headers) continue;
         // Building it needs the toolchain, which may still be loading: waited for unlocked too.
         jit::Toolchain* builder = found ? nullptr : toolchain();
         lock.lock();
@@ -392,8 +411,14 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
           // The compile that started it goes on without it and is what a caller waits for; the
           // PCH serves later compiles. So it yields the cores (a thread has its own scheduling class):
           // at equal priority on two cores it slowed a lone torch extension's first build by
-          // ~15% (8.2 s against 7.0 s without PCHs, BENCHMARKS-python.md).
-          yield_the_cores();
+          // ~15% (8.2 s against 7.0 s without PCHs, BENCHMARKS-python.md). Unless a compile
+          // already waits for it (then it is the critical path); one that starts waiting later
+          // gives it its priority back (restore_priority).
+          {
+            std::lock_guard lock(m_mutex);
+            slot->builder = ::gettid();
+            if (!slot->wanted) slot->builder_nice = yield_the_cores();
+          }
           // Two at a time: each holds its headers' AST (1-2 GB for torch's), and a host library
           // of many CUDA sources starts several per pass.
           m_background.acquire();
@@ -410,6 +435,10 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
   for (auto& [pch, slot] : wanted) {
     {
       std::unique_lock lock(m_mutex);
+      if (!slot->done && !slot->wanted) {
+        slot->wanted = true;
+        if (slot->builder != 0) restore_priority(slot->builder, slot->builder_nice);
+      }
       m_done.wait(lock, [&] { return slot->done; });
     }
     if (!slot->memory) continue;

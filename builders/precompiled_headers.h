@@ -40,6 +40,8 @@
 #include <string>
 #include <string_view>
 #include <thread>
+
+#include <sys/types.h>
 #include <vector>
 
 #include "builders/op_builder.h"
@@ -108,6 +110,12 @@ class PrecompiledHeaders {
     std::shared_ptr<const void> memory;  // holds `bytes`; null when the PCH could not be made
     std::string_view bytes;
     std::vector<ManifestEntry> headers;
+    // A background build (see prepare()): its thread, and whether a compile waits for it. Both
+    // under m_mutex: the thread yields the cores only while no compile waits, and a compile that
+    // starts waiting gives the thread its priority back (priority inheritance).
+    pid_t builder = 0;
+    int builder_nice = 0;  // the thread's nice value before it yielded
+    bool wanted = false;
   };
   // A stored PCH for `key` (an input key): its bytes and manifest; nullopt when there is none;
   // a Slot with null bytes when a failure was stored (then it is not tried again).

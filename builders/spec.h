@@ -125,6 +125,8 @@ struct LibrarySpec {
   // What else decides the binary and is not a file the compiler reads (torch's version and C++
   // ABI, the Python version): each enters the key as name=value.
   std::vector<std::pair<std::string, std::string>> facts;
+  // False: use stored precompiled headers, make none (LibraryOptions::make_precompiled_headers).
+  bool make_precompiled_headers = true;
 };
 
 struct OpSpec {

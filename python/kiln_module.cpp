@@ -434,9 +434,9 @@ PYBIND11_MODULE(_kiln, m) {
                                const std::vector<std::string>& flags, const std::vector<std::string>& link_flags,
                                const std::vector<std::string>& prelude, const std::vector<std::pair<std::string, std::string>>& facts,
                                const std::string& root, const std::string& output, const std::vector<std::string>& cuda_flags,
-                               const std::vector<std::string>& cuda_archs) {
+                               const std::vector<std::string>& cuda_archs, bool make_precompiled_headers) {
             kiln::LibraryOptions o{name, sources, include_dirs, system_include_dirs, defines, unit_defines, flags, link_flags, prelude,
-                                   facts, root, output, cuda_flags, cuda_archs};
+                                   facts, root, output, cuda_flags, cuda_archs, make_precompiled_headers};
             kiln::Library lib;
             {
               py::gil_scoped_release release;
@@ -460,7 +460,8 @@ PYBIND11_MODULE(_kiln, m) {
           py::arg("unit_defines") = std::vector<std::string>{}, py::arg("flags") = std::vector<std::string>{},
           py::arg("link_flags") = std::vector<std::string>{}, py::arg("prelude") = std::vector<std::string>{},
           py::arg("facts") = std::vector<std::pair<std::string, std::string>>{}, py::arg("root") = "", py::arg("output") = "",
-          py::arg("cuda_flags") = std::vector<std::string>{}, py::arg("cuda_archs") = std::vector<std::string>{})
+          py::arg("cuda_flags") = std::vector<std::string>{}, py::arg("cuda_archs") = std::vector<std::string>{},
+          py::arg("make_precompiled_headers") = true)
       // Groups of files another compiler made (kiln.triton): a dict {key, folder, files: [(name,
       // path)], cache_source}, or None. The waits of find_or_claim_files run without the GIL.
       .def("find_files", [](kiln::Context& c, const std::string& kind, const std::string& key) -> py::object {

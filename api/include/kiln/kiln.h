@@ -286,6 +286,10 @@ struct LibraryOptions {
   // ($CUDA_HOME, $CUDA_PATH or /usr/local/cuda: headers, libdevice) and nvJitLink.
   std::vector<std::string> cuda_flags;
   std::vector<std::string> cuda_archs;
+  // False for a one-off build (Inductor's probe of a vector ISA, compiled once per machine): a
+  // stored precompiled header is still used, but none is made for it, since nothing would use it
+  // again and making one costs more CPU than the build itself.
+  bool make_precompiled_headers = true;
 };
 
 // What build_library made or found.
