@@ -2,7 +2,7 @@
 PATH both run the kiln program the wheel carries (kiln/bin/kiln; in a build tree, build/bin/kiln),
 with the same arguments, standard streams and exit status; but `kiln warm --triton`, which
 compiles Triton's kernels again, and `kiln warm --torch`, which makes the installed torch's header
-artifacts, run in this Python (kiln/triton_warm.py, kiln/inductor.py)."""
+artifacts, run in this Python (kiln/triton/warm.py, kiln/torch/inductor.py)."""
 import os
 import sys
 
@@ -21,7 +21,7 @@ _GLOBAL_ENV = {"--config": "KILN_CONFIG", "--cache-dir": "KILN_CACHE_DIR", "--re
 
 def triton_warm(argv):
     """`kiln warm --triton ...` runs here, in this Python (the one that has Triton): the exit
-    status of kiln.triton_warm.main, or None when argv is another command."""
+    status of kiln.triton.warm.main, or None when argv is another command."""
     i = 0
     env = {}
     while i < len(argv) and argv[i].startswith("-"):
@@ -39,10 +39,10 @@ def triton_warm(argv):
     rest = list(argv[i + 1:])
     if "--torch" in rest:
         rest.remove("--torch")
-        from kiln import inductor
+        from kiln.torch import inductor
         return inductor.warm_headers(rest)
     rest.remove("--triton")
-    from kiln import triton_warm as warm
+    from kiln.triton import warm
     return warm.main(rest)
 
 

@@ -1,4 +1,4 @@
-"""torch.compile on the CPU through kiln (kiln.inductor), with the real torch 2.x from PyPI:
+"""torch.compile on the CPU through kiln (kiln.torch.inductor), with the real torch 2.x from PyPI:
 Inductor generates real C++ kernels, g++ builds them in one child process and kiln in another,
 and the parent compares what they compute. Real kiln stores (SQLite and files), a real Redis for
 the second node, real processes; a kill and a damaged blob are the only faults made up.
@@ -34,16 +34,16 @@ import json, os, sys, torch
 import inductor_models
 backend = "inductor"
 if os.environ.get("USE_KILN") == "1":
-    import kiln.inductor
-    kiln.inductor.install()
+    import kiln.torch.inductor
+    kiln.torch.inductor.install()
 elif os.environ.get("USE_KILN") == "backend":  # torch.compile(..., backend="kiln") without install()
-    import kiln.inductor
-    backend = kiln.inductor.backend
+    import kiln.torch.inductor
+    backend = kiln.torch.inductor.backend
 out = inductor_models.run_cases(backend=backend)
 torch.save(out, sys.argv[1] if len(sys.argv) > 1 else os.environ["CASES_OUT"])
 report = {{"omp": inductor_models.openmp_libraries()}}
 if os.environ.get("USE_KILN") in ("1", "backend"):
-    report["stats"] = kiln.inductor.stats()
+    report["stats"] = kiln.torch.inductor.stats()
 print("RESULT " + json.dumps(report))
 """
 
@@ -145,9 +145,9 @@ def test_a_damaged_stored_kernel_is_a_miss_and_rebuilt(built, tmp_path):
 
 THREADS = r"""
 import ctypes, json, os, sys, torch
-import kiln.inductor
+import kiln.torch.inductor
 from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
-kiln.inductor.install()
+kiln.torch.inductor.install()
 src = os.path.join(sys.argv[1], "threads.cpp")
 with open(src, "w") as f:
     f.write('''
@@ -173,7 +173,7 @@ for n in (1, 2, 3):
     torch.set_num_threads(n)
     seen[n] = [lib.threads_seen(ids), len(set(ids))]
 import inductor_models
-print("RESULT " + json.dumps({"seen": seen, "omp": inductor_models.openmp_libraries(), "stats": kiln.inductor.stats()}))
+print("RESULT " + json.dumps({"seen": seen, "omp": inductor_models.openmp_libraries(), "stats": kiln.torch.inductor.stats()}))
 """
 
 
@@ -192,10 +192,10 @@ def test_torch_set_num_threads_sizes_the_pool_kilns_kernels_run_on(tmp_path):
 @needs_inductor
 def test_a_compile_error_is_inductors_own_exception_with_the_diagnostics(tmp_path):
     done = run_python("""
-        import os, kiln.inductor
+        import os, kiln.torch.inductor
         from torch._inductor import exc
         from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
-        kiln.inductor.install()
+        kiln.torch.inductor.install()
         src = os.path.join(os.environ["WORK"], "broken.cpp")
         open(src, "w").write('extern "C" int f() {\\n  return undeclared_name;\\n}\\n')
         try:
@@ -220,9 +220,9 @@ def test_a_kill_during_a_kernels_compile_leaves_nothing_half_written(tmp_path):
     (work / "big.cpp").write_text('#include <cmath>\nextern "C" float f(float x) {\n  float s = 0;\n%s\n  return s;\n}\n' % body)
     script = tmp_path / "build.py"
     script.write_text(textwrap.dedent("""
-        import os, sys, kiln.inductor
+        import os, sys, kiln.torch.inductor
         from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
-        kiln.inductor.install()
+        kiln.torch.inductor.install()
         print("BUILDING", flush=True)
         CppBuilder(name="big", sources=[sys.argv[1]], BuildOption=CppTorchOptions(), output_dir=os.path.dirname(sys.argv[1])).build()
         print("BUILT", flush=True)
@@ -245,16 +245,16 @@ def test_a_kernel_clang_refuses_and_gpp_builds_is_built_by_gpp_and_said(tmp_path
     # Narrowing in braces: g++ warns (-Wnarrowing), Clang refuses. A torch.compile that worked
     # with g++ must keep working with kiln installed.
     done = run_python("""
-        import ctypes, os, kiln.inductor
+        import ctypes, os, kiln.torch.inductor
         from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
-        kiln.inductor.install()
+        kiln.torch.inductor.install()
         src = os.path.join(os.environ["WORK"], "narrow.cpp")
         open(src, "w").write('extern "C" float f(int n) {\\n  float a[] = {n, 2};\\n  return a[0] + a[1];\\n}\\n')
         b = CppBuilder(name="narrow", sources=[src], BuildOption=CppTorchOptions(), output_dir=os.environ["WORK"])
         b.build()
         lib = ctypes.CDLL(b.get_target_file_path())
         lib.f.restype = ctypes.c_float
-        print("VALUE", lib.f(5), kiln.inductor.stats()["gxx_after_clang_failed"])
+        print("VALUE", lib.f(5), kiln.torch.inductor.stats()["gxx_after_clang_failed"])
     """, env={"WORK": str(tmp_path), "KILN_CACHE_DIR": str(tmp_path / "kiln")})
     assert "VALUE 7.0 1" in done.stdout, done.stdout + done.stderr
     assert "Clang refused narrow.so and g++ built it" in done.stderr and "narrowed" in done.stderr

@@ -1,10 +1,10 @@
-"""Warming Triton's kernels with no GPU (kiln/triton_warm.py): a run records what it compiled,
+"""Warming Triton's kernels with no GPU (kiln/triton/warm.py, kiln/triton/record.py): a run records what it compiled,
 `kiln warm --triton` (python -m kiln) compiles the records again for cuda:sm_XX targets on this
 CPU-only machine with Triton's bundled ptxas, `kiln cache pack` carries the groups to a node, and
 the node compiles nothing. Real Triton, real kiln store, real bundles, real processes.
 
 A "node" here is a process on this machine whose Triton driver answers an sm_90 (or sm_80) GPU's
-target (kiln.triton_warm.driver_target, what the warm itself compiles under): that is what a GPU
+target (kiln.triton.warm.driver_target, what the warm itself compiles under): that is what a GPU
 node's kernels and kiln's keys see. The test that runs the kernels on a real GPU skips here."""
 import importlib.util
 import json
@@ -55,7 +55,7 @@ def cache_cli(cache, *args):
 # The tutorial kernels compiled as a node with a GPU of `arch` compiles them: Triton's driver
 # answers that GPU's target (no launch: there is no GPU).
 NODE = """
-import json, triton, triton_kernels, kiln.triton_warm as warm
+import json, triton, triton_kernels, kiln.triton.warm as warm, kiln.triton.record as rec
 from triton.backends.compiler import GPUTarget
 target = GPUTarget("cuda", %d, 32)
 listener = triton_kernels.Listener()
@@ -89,8 +89,8 @@ def test_a_run_records_each_compile_beside_its_group_and_can_be_told_not_to(tmp_
     assert compile_run(tmp_path / "run", tmp_path, ["add", "matmul"])["compiles"] == 2
     assert rows(tmp_path / "run", "triton-record") == [("add_kernel", "cuda:sm_90"), ("matmul_kernel", "cuda:sm_90")]
     done = run_python("""
-        import json, kiln.triton as kt, kiln.triton_warm as warm
-        print("RESULT " + json.dumps(warm.records(kt._context()[0])))
+        import json, kiln.triton as kt, kiln.triton.warm as warm, kiln.triton.record as rec
+        print("RESULT " + json.dumps(rec.records(kt._context()[0])))
     """, env=triton_env(tmp_path / "run", tmp_path))
     add, matmul = result_of(done)
     assert add["kernel"]["module"] == "triton_kernels" and add["kernel"]["qualname"] == "add_kernel"
@@ -119,8 +119,8 @@ def test_a_record_of_the_jits_compile_comes_back_with_the_same_key(tmp_path):
                        options={"num_warps": 2})
     """, env=triton_env(cache, tmp_path))
     done = run_python("""
-        import json, kiln.triton as kt, kiln.triton_warm as warm
-        (record,) = warm.records(kt._context()[0])
+        import json, kiln.triton as kt, kiln.triton.warm as warm, kiln.triton.record as rec
+        (record,) = rec.records(kt._context()[0])
         print("RESULT " + json.dumps({"attrs": record["attrs"], "options": record["explicit_options"]}))
     """, env=triton_env(cache, tmp_path))
     r = result_of(done)
@@ -226,13 +226,13 @@ def test_warm_refuses_a_record_of_another_triton_and_a_kernel_of_a_script(tmp_pa
     # A record of the same kernel made by another Triton (stored through kiln's store, as a run of
     # that Triton stores it: only its version and its part of the key differ).
     run_python("""
-        import kiln.triton as kt, kiln.triton_warm as warm
+        import kiln.triton as kt, kiln.triton.warm as warm, kiln.triton.record as rec
         ctx = kt._context()[0]
-        (record,) = warm.records(ctx)
+        (record,) = rec.records(ctx)
         record["triton_version"] = "3.8.0"
         record["parts"]["triton"] = "3.8.0" + "0" * 64
-        record["key"] = warm.key_of(record["parts"])
-        warm.store_record(ctx, record, "triton 3.8.0")
+        record["key"] = rec.key_of(record["parts"])
+        rec.store_record(ctx, record, "triton 3.8.0")
     """, env=triton_env(cache, tmp_path))
     # A kernel defined in a script run as __main__.
     script = tmp_path / "train.py"
@@ -287,13 +287,13 @@ def test_on_a_gpu_the_jits_kernels_warmed_elsewhere_run_with_no_compile(tmp_path
     first = result_of(run_python(run_kernels, env=triton_env(tmp_path / "gpu", tmp_path)))
     assert first["compiles"] == 1
     records = run_python("""
-        import kiln.triton as kt, kiln.triton_warm as warm, json
-        print("RESULT " + json.dumps(warm.records(kt._context()[0])))
+        import kiln.triton as kt, kiln.triton.warm as warm, kiln.triton.record as rec, json
+        print("RESULT " + json.dumps(rec.records(kt._context()[0])))
     """, env=triton_env(tmp_path / "gpu", tmp_path))
     (record,) = result_of(records)
     run_python("""
-        import json, kiln.triton as kt, kiln.triton_warm as warm
-        warm.store_record(kt._context()[0], json.loads(%r), "triton")
+        import json, kiln.triton as kt, kiln.triton.warm as warm, kiln.triton.record as rec
+        rec.store_record(kt._context()[0], json.loads(%r), "triton")
     """ % json.dumps(record), env=triton_env(tmp_path / "builder", tmp_path))
     status, (r,), _ = warm(tmp_path / "builder", tmp_path, "--target", record["target_text"])
     assert status == 0 and r["status"] == "compiled"
@@ -308,7 +308,7 @@ def test_a_kernel_is_found_by_its_module_where_triton_keeps_no_registry():
     # Triton 3.9 keeps its JIT functions in a registry by "module:qualname"; 3.6 (the lent GPU
     # machines') has none, and the warm then walks the imported module, through @triton.autotune.
     import triton_kernels
-    from kiln import triton_warm
+    from kiln.triton import warm as triton_warm
     from triton.runtime.jit import JITFunction
     for name in ("add_kernel", "softmax_kernel", "matmul_kernel"):
         found = triton_warm._from_module("triton_kernels", name)

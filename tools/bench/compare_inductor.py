@@ -1,5 +1,5 @@
 """tools/bench/compare's torch-compile section: torch.compile on the CPU with Inductor's C++ built
-by kiln (kiln.inductor) next to Inductor as shipped (one g++ process per kernel module), under
+by kiln (kiln.torch.inductor) next to Inductor as shipped (one g++ process per kernel module), under
 the venv's torch 2.x, same model, same run.
 
 The model is the one the issue measured: a 2-block transformer, d=256, batch 4 x 64 tokens,
@@ -36,8 +36,8 @@ import torch
 from torch._inductor import cpp_builder
 import inductor_models
 if os.environ.get("USE_KILN") == "1":
-    import kiln.inductor
-    kiln.inductor.install()
+    import kiln.torch.inductor
+    kiln.torch.inductor.install()
 inner = cpp_builder.run_compile_cmd
 spent = {"s": 0.0, "n": 0, "cxx": 0}
 def timed(cmd_line, cwd):
@@ -52,7 +52,7 @@ d = int(os.environ.get("MODEL_D", "256"))
 first = inductor_models.first_call_seconds(d=d, blocks=int(os.environ.get("MODEL_BLOCKS", "2")))
 out = {"first_call_s": first, "compile_s": spent["s"], "commands": spent["n"]}
 if os.environ.get("USE_KILN") == "1":
-    out["kiln"] = kiln.inductor.stats()
+    out["kiln"] = kiln.torch.inductor.stats()
     out["compiles"] = out["kiln"]["kiln"] - out["kiln"]["hits"]
     out["gxx"] = out["kiln"]["passed_on"]
 else:
@@ -93,7 +93,7 @@ def run_section(a, work, add, stats_ms, goal, log, child_env, python, build_pyth
         return path
 
     reps = 2 if a.quick else 3
-    how_kiln = (f"python driver (torch {torch_version}, kiln.inductor.install()), first call of the 2-block d=256 transformer; "
+    how_kiln = (f"python driver (torch {torch_version}, kiln.torch.inductor.install()), first call of the 2-block d=256 transformer; "
                 "compile seconds = time inside Inductor's run_compile_cmd")
     how_gxx = f"the same driver without kiln: Inductor as shipped (g++ -O3 -march=native -fopenmp per kernel module)"
 

@@ -71,7 +71,7 @@ void run_region(void* data) {
 void fork(kmp_int32 argc, Microtask fn, void* const* array, va_list* ap, unsigned threads) {
   if (argc < 0 || argc > k_max_captures) {
     std::fprintf(stderr, "kiln: an OpenMP parallel region captures %d variables; kiln's OpenMP bridge takes at most %d "
-                 "(build this kernel with Inductor's own compiler: kiln.inductor.uninstall())\n", argc, k_max_captures);
+                 "(build this kernel with Inductor's own compiler: kiln.torch.inductor.uninstall())\n", argc, k_max_captures);
     std::abort();
   }
   Fork f{fn, argc, {}};

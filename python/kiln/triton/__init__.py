@@ -35,7 +35,7 @@ the file name, plus what kiln knows Triton's key leaves out for a kernel:
 - the content of an `ir_override` file (Triton keys its path only).
 Override and dump managers (TRITON_KERNEL_OVERRIDE, TRITON_KERNEL_DUMP) stay Triton's own folders.
 
-Each group stored after a compile gets a record beside it (kind `triton-record`, kiln/triton_warm.py:
+Each group stored after a compile gets a record beside it (kind `triton-record`, kiln/triton/record.py:
 what `triton.compile` was given), which `python -m kiln warm --triton` compiles again for a
 cuda:sm_XX target on a machine with no GPU; KILN_TRITON_RECORD=0 records nothing.
 
@@ -55,7 +55,7 @@ import time
 import warnings
 import weakref
 
-from kiln import triton_warm as _warm
+from . import record as _records
 
 # CacheManager is left out: `from kiln.triton import *` must not import Triton.
 __all__ = ["install", "uninstall", "supported", "GROUP_KIND", "FILE_KIND"]
@@ -327,7 +327,7 @@ def _make_class():
                 self._files = triton_cache.FileCacheManager(key)
                 return
             self._ctx = ctx
-            inputs = _warm.compile_inputs(2)  # what the triton.compile asking was given, or None
+            inputs = _records.compile_inputs(2)  # what the triton.compile asking was given, or None
             self._options = inputs.get("options") if inputs else None
             self._inputs = inputs if inputs and _recording() else None  # for the record of a compile
             self._group_keys = {}  # filename -> kiln key of its group, fixed at get_group
@@ -428,11 +428,11 @@ def _make_class():
             return paths.get(filename)
 
         def _record(self, filename):
-            # What `kiln warm --triton` compiles again (kiln/triton_warm.py); a record that cannot
+            # What `kiln warm --triton` compiles again (kiln/triton/record.py); a record that cannot
             # be stored costs the run nothing but the warning.
             try:
-                record = _warm.make_record(self._inputs, self.key, filename, _driver_target())
-                _warm.store_record(self._ctx, record, toolchain)
+                record = _records.make_record(self._inputs, self.key, filename, _driver_target())
+                _records.store_record(self._ctx, record, toolchain)
             except Exception as e:
                 _warn_once("record", "kiln could not record a Triton compile for `kiln warm --triton` (%s: %s)"
                            % (type(e).__name__, e))

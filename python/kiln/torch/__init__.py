@@ -28,7 +28,7 @@ import warnings
 
 import torch as _torch
 
-from . import KilnError, context
+from .. import KilnError, context
 
 __all__ = ["load", "load_inline", "torch_facts", "cuda_build_options"]
 
@@ -146,7 +146,7 @@ def _preload_openmp():
         return
     except OSError:
         pass
-    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "kiln", "llvm", "lib", "libomp.so")
+    bundled = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib", "kiln", "llvm", "lib", "libomp.so")
     if os.path.exists(bundled):
         ctypes.CDLL(bundled, mode=ctypes.RTLD_GLOBAL)
 

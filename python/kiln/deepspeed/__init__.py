@@ -120,7 +120,7 @@ def _source_path(builder, path: str) -> str:
 
 def _kiln_torch_load():
     # Looked up at every call, so that kiln.torch.load can be wrapped (by a test, or a profiler).
-    from . import torch as kiln_torch
+    from .. import torch as kiln_torch
 
     return kiln_torch.load
 
@@ -563,7 +563,7 @@ def _torch_fallback(builder, error):
     if not _installed or not _installed["fallback"]:
         return None
     try:
-        from . import KilnError
+        from .. import KilnError
     except ImportError:
         return None
     if not isinstance(error, KilnError) or getattr(error, "code", "") == "compile_error":
