@@ -4,6 +4,8 @@ import argparse
 import datetime
 import json
 import os
+import shlex
+import sys
 import tempfile
 
 from . import sections as registry
@@ -19,8 +21,9 @@ TAIL = """
 It builds what it needs (scripts/setup --bench installs the peers, then the release build),
 runs each comparison with warm-up and repetitions, prints one table (medians with min..max or
 sd), and writes the same figures as JSON (--json, default build/bench/compare.json). --docs
-also rewrites docs/BENCHMARKS.md from them. Nothing in the table is typed by hand; every row
-names the exact peer command; a peer that is missing here is a row that says so.
+also puts them in docs/BENCHMARKS.md, each section's in place of its last run's. Nothing in the
+table is typed by hand; every row names the exact peer command; a peer that is missing here is a
+row that says so.
 """
 
 
@@ -46,7 +49,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="fewer runs (a smoke run, not figures to quote)")
     p.add_argument("--only", help="comma-separated sections: " + ", ".join(modules))
     p.add_argument("--json", default=os.path.join(BUILD, "bench", "compare.json"))
-    p.add_argument("--docs", action="store_true", help="rewrite docs/BENCHMARKS.md from this run")
+    p.add_argument("--docs", action="store_true", help="put this run's sections in docs/BENCHMARKS.md, in place of theirs")
     p.add_argument("--no-setup", action="store_true", help="do not run scripts/setup --bench and the build first")
     a = p.parse_args()
     a.reps = 3 if a.quick else 5
@@ -76,6 +79,6 @@ def main():
     print(table())
     log(f"compare: figures in {a.json}")
     if a.docs:
-        appendix = "".join(m.docs() for n, m in modules.items() if hasattr(m, "docs") and any(r["section"] == n for r in rows))
-        write_docs(result, sections if a.only else None, a.json, appendix)
+        appendices = {n: m.docs() for n, m in modules.items() if hasattr(m, "docs") and any(r["section"] == n for r in rows)}
+        write_docs(result, list(modules), sections, shlex.join(["tools/bench/compare"] + sys.argv[1:]), a.json, appendices)
 

@@ -4,7 +4,7 @@ import os
 import platform
 import re
 
-from .harness import BUILD, KILN, NVCC, ROOT, log, rows, run
+from .harness import KILN, NVCC, ROOT, log, rows, run
 
 
 def fmt_time(ms):
@@ -25,12 +25,19 @@ def fmt_ms(s):
     return f"{fmt_time(s['median_ms'])} (one run)"
 
 
-def table(markdown=False):
+def table(markdown=False, section=None):
+    """The rows as text (printed after a run), or as Markdown: with `section`, that section's
+    rows without the section column (a block of the docs page)."""
     out = []
-    if markdown:
+    if markdown and section:
+        out.append("| what | kiln | peer | peer time | peer / kiln |")
+        out.append("|---|---|---|---|---|")
+    elif markdown:
         out.append("| section | what | kiln | peer | peer time | peer / kiln |")
         out.append("|---|---|---|---|---|---|")
     for r in rows:
+        if section and r["section"] != section:
+            continue
         if "summary_ratio" in r:
             cells = [r["section"], r["what"], "", "", "", f"**{r['summary_ratio']:.1f}x**" + (f" ({r['note']})" if r.get("note") else "")]
         elif "fraction" in r:
@@ -50,7 +57,7 @@ def table(markdown=False):
             cells = [r["section"], r["what"], fmt_ms(r.get("kiln")), (peer or {}).get("command") or r.get("peer_missing") or "",
                      fmt_ms(peer), ratio + (f" ({r['note']})" if r.get("note") else "")]
         if markdown:
-            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+            out.append("| " + " | ".join(c.replace("|", "\\|") for c in (cells[1:] if section else cells)) + " |")
         else:
             out.append("  ".join([cells[0].ljust(12), cells[1][:70].ljust(70), cells[2].rjust(24), cells[4].rjust(26), cells[5]]))
             if cells[3]:
@@ -76,23 +83,59 @@ def load_text(result):
     return f"{f(la['start'])} at the start, {f(la['end'])} at the end"
 
 
-def write_docs(result, only=None, json_path=None, appendix=""):
-    """appendix: what the sections that ran add below the table (their `docs()`)."""
-    # A run of some sections writes a page of its own, so the page of a whole run keeps its figures.
-    path = os.path.join(ROOT, "docs", "BENCHMARKS.md" if not only else f"BENCHMARKS-{'-'.join(only)}.md")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+PAGE = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+BLOCK = re.compile(r"<!-- compare:begin (\S+) -->\n(.*?)<!-- compare:end \1 -->\n", re.S)
+
+
+def page_blocks(text):
+    """{section: its block, markers included} of a docs page."""
+    return {m.group(1): m.group(0) for m in BLOCK.finditer(text)}
+
+
+def section_block(name, result, command, json_path, appendix=""):
+    """One section's block: the run it comes from, its rows, what the section adds below them."""
     m = result["machine"]
-    text = f"""# kiln next to what its users run today
+    return f"""<!-- compare:begin {name} -->
+## {name}
 
-Written by `tools/bench/compare {'--only ' + ','.join(only) + ' ' if only else ''}--docs` on {result['date']} at commit {result.get('commit', '?')}; every figure below comes from that
-one run. Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, kernel
-{m['kernel']}, LLVM {m['llvm']}{', ' + m['nvcc'] if m['nvcc'] else ''}; load average (1, 5, 15 min) {load_text(result)}. Whole-process figures are
-hyperfine medians with (min..max); resident-process figures are Google Benchmark medians with
-(sd). "peer / kiln" is the peer's median over kiln's: above 1, kiln is faster. The JSON with
-every figure is `{os.path.relpath(json_path or os.path.join(BUILD, "bench", "compare.json"), ROOT)}` after a run.
+From `{command}` on {result['date']} at commit {result.get('commit', '?')}. Machine: {m['cpu']}, {m['cores']} cores,
+{m['memory_gib']} GiB, {m['os']}, kernel {m['kernel']}, LLVM {m['llvm']}{', ' + m['nvcc'] if m['nvcc'] else ''}; load average
+(1, 5, 15 min) {load_text(result)}. The run's JSON: `{os.path.relpath(json_path, ROOT) if json_path else 'build/bench/compare.json'}`.
 
-{table(markdown=True)}
+{table(markdown=True, section=name)}
+{appendix}<!-- compare:end {name} -->
 """
-    text += appendix
-    open(path, "w").write(text)
-    log(f"compare: wrote {path}")
+
+
+HEADER = """# Benchmarks: kiln next to what its users run today
+
+Written by `tools/bench/compare --docs`: each section below holds the figures of the latest run of
+that section, with the command, commit, machine and load it ran with; a run of some sections
+(`--only`) replaces theirs and leaves the others. Older runs, and what was learnt from them, are
+in [history/](history/README.md). Nothing here is typed by hand.
+
+How to read a row: whole-process figures are hyperfine medians with (min..max); resident-process
+figures are Google Benchmark medians with (sd); "peer / kiln" is the peer's median over kiln's
+(above 1, kiln is faster), and every row names the peer's exact command. A goal's pass or MISS is
+computed from the row's figures. Figures move between runs of a shared machine: compare ratios
+within one section.
+
+"""
+
+
+def write_docs(result, order, ran, command, json_path=None, appendices=None, path=PAGE):
+    """Rewrites the page: the sections in `ran` from this run's rows, every other section's block
+    as the page had it; sections in `order` (the registry's), then any the registry no longer has."""
+    old = page_blocks(open(path).read()) if os.path.exists(path) else {}
+    blocks = dict(old)
+    for name in ran:
+        blocks[name] = section_block(name, result, command, json_path, (appendices or {}).get(name, ""))
+    names = [n for n in order if n in blocks] + [n for n in blocks if n not in order]
+    contents = "Sections: " + ", ".join(f"[{n}](#{n})" for n in names) + ".\n\n"
+    missing = [n for n in order if n not in blocks]
+    if missing:
+        contents += ("No run of " + ", ".join(f"`{n}`" for n in missing) + " has written this page yet: their last figures are in "
+                     "[history/](history/README.md).\n\n")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, "w").write(HEADER + contents + "\n".join(blocks[n] for n in names))
+    log(f"compare: wrote {path} ({', '.join(ran)} from this run)")

@@ -78,7 +78,7 @@ def section(a, work):
     started, load_before = time.monotonic(), os.getloadavg()
     head = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
     dirty = run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!tools/bench/compare", ":!tools/bench/kiln_compare",
-                 ":!docs/BENCHMARKS-*.md"], check=False).stdout.strip()
+                 ":!docs/BENCHMARKS.md"], check=False).stdout.strip()
     rows.append({"section": "python", "what": "kiln measured",
                  "note": f"the build in {BUILD}{' (KILN_BUILD_DIR)' if os.environ.get('KILN_BUILD_DIR') else ''}, of commit {head}" + (" with uncommitted changes in the tree" if dirty else "")})
     open(os.path.join(work, "ext_driver.py"), "w").write(EXT_DRIVER)
@@ -420,9 +420,11 @@ Goals, each computed from the row's figures:
 
 The process script (`ext_driver.py`):
 
+<!-- not run: the python section runs it, in a fresh process per figure, with a JSON spec -->
 ```python""" + EXT_DRIVER + """```
 
 The launch script (`launch_driver.py`):
 
+<!-- not run: the python section runs it with a JSON spec -->
 ```python""" + LAUNCH_DRIVER + """```
 """
