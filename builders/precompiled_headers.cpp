@@ -392,7 +392,7 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
           // The compile that started it goes on without it and is what a caller waits for; the
           // PCH serves later compiles. So it yields the cores (a thread has its own scheduling class):
           // at equal priority on two cores it slowed a lone torch extension's first build by
-          // ~15% (8.2 s against 7.0 s without PCHs, BENCHMARKS-python.md).
+          // ~15% (8.2 s against 7.0 s without PCHs, docs/history/2026-11-25-b7b5721-python.md).
           yield_the_cores();
           // Two at a time: each holds its headers' AST (1-2 GB for torch's), and a host library
           // of many CUDA sources starts several per pass.

@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 BUILD = os.environ.get("KILN_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -99,6 +100,17 @@ def goal(row, text, met):
     row["goal"] = {"text": text, "met": bool(met)}
     row["note"] = (row["note"] + "; " if row.get("note") else "") + f"goal {text}: {'pass' if met else 'MISS'}"
     return row
+
+
+def section_took(section, started, load_before):
+    """The row that closes a long section: how long it took (since `started`, a time.monotonic())
+    and the machine's load average at its start (`load_before`) and at its end."""
+    took = time.monotonic() - started
+    rows.append({"section": section, "what": "this section's run",
+                 "note": f"took {took / 60:.1f} min; load average (1, 5, 15 min) "
+                         f"{' '.join(f'{x:.2f}' for x in load_before)} at its start, "
+                         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at its end, on {os.cpu_count()} cores",
+                 "took_s": took})
 
 
 def child_env():

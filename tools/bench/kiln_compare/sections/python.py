@@ -12,7 +12,7 @@ import statistics
 import subprocess
 import time
 
-from ..harness import add, BUILD, cache_kinds, child_env, gbench, goal, hyperfine_env, log, ROOT, rows, run, stats_ms, SYSTEM_PYTHON, VENV_PYTHON
+from ..harness import add, BUILD, cache_kinds, child_env, gbench, goal, hyperfine_env, log, ROOT, rows, run, section_took, stats_ms, SYSTEM_PYTHON, VENV_PYTHON
 from ..python_sources import EXT_DRIVER, LAUNCH_DRIVER, LLTM_SOURCE, NORM_SOURCE
 from ..servers import start_redis
 
@@ -127,12 +127,7 @@ def section(a, work):
         except Exception as e:
             rows.append({"section": "python", "what": f"[{label}] kiln.op launch: could not run", "peer_missing": str(e)[:1500]})
             log(f"compare: python: {label} launch failed: {e}")
-    took = time.monotonic() - started
-    rows.append({"section": "python", "what": "this section's run",
-                 "note": f"took {took / 60:.1f} min; load average (1, 5, 15 min) "
-                         f"{' '.join(f'{x:.2f}' for x in load_before)} at its start, "
-                         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at its end, on {os.cpu_count()} cores",
-                 "took_s": took})
+    section_took("python", started, load_before)
 
 
 def lines(path):

@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from ..harness import add, BUILD, child_env, gbench, goal, ROOT, rows, run, VENV_PYTHON
+from ..harness import add, BUILD, child_env, gbench, goal, ROOT, rows, run, section_took, VENV_PYTHON
 
 
 OP_PEERS = os.path.join(ROOT, "tools", "bench", "op_peers.py")
@@ -46,12 +46,7 @@ def section(a, work):
             rows.append({"section": "runtime", "what": what, "kiln": {"median_ms": e["median_ms"] / per,
                          "sd_ms": (e.get("stddev_ms") or 0) / per, "n": e["n"], "how": "kiln_runtime_bench " + name}})
     op_peer_rows(a, work)
-    took = time.monotonic() - started
-    rows.append({"section": "runtime", "what": "this section's run",
-                 "note": f"took {took / 60:.1f} min; load average (1, 5, 15 min) "
-                         f"{' '.join(f'{x:.2f}' for x in load_before)} at its start, "
-                         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at its end, on {os.cpu_count()} cores",
-                 "took_s": took})
+    section_took("runtime", started, load_before)
 
 
 def op_peer_rows(a, work):
