@@ -77,7 +77,7 @@ struct KeyParts {
 KeyParts input_key(const BuildRequest& request, const std::string& toolchain_identity, bool with_components = false);
 
 // Environment variables that can change what the compiler reads or emits. Those set enter
-// the input key; every other variable is documented (README) as not affecting artifacts.
+// the input key; every other variable is documented (docs/CACHE.md, "What is in a key") as not affecting artifacts.
 const std::vector<std::string>& environment_in_key();
 
 // A manifest lists the headers a compile read, one "label\thash" line each. A label is

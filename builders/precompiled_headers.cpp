@@ -411,7 +411,7 @@ PchUse PrecompiledHeaders::prepare(BuildRequest& request, const std::string& ide
           // The compile that started it goes on without it and is what a caller waits for; the
           // PCH serves later compiles. So it yields the cores (a thread has its own scheduling class):
           // at equal priority on two cores it slowed a lone torch extension's first build by
-          // ~15% (8.2 s against 7.0 s without PCHs, BENCHMARKS-python.md). Unless a compile
+          // ~15% (8.2 s against 7.0 s without PCHs, docs/history/2026-11-25-b7b5721-python.md). Unless a compile
           // already waits for it (then it is the critical path); one that starts waiting later
           // gives it its priority back (restore_priority).
           {

@@ -25,8 +25,8 @@
 // manifest, as an op's artifact is), and a PCH missing here is looked for there before it is
 // built, so a node's first torch extension or compiled model fetches torch's headers parsed
 // instead of parsing them (torch/extension.h's, 173 MB: fetched from loopback Redis in 1.35 s
-// at load 8, where a first extension parses torch's headers for 11-16 s here; README,
-// "torch.compile on the CPU"). The fetched blob is checked as any remote artifact is.
+// at load 8, where a first extension parses torch's headers for 11-16 s here;
+// docs/history/2026-11-26-839bce7-torch-compile.md). The fetched blob is checked as any remote artifact is.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once

@@ -262,7 +262,7 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
         o.report("credentials in clear " + url.text,
                  std::string("the ") + credential + " of tier " + url.text + " is sent in clear over " + url.scheme +
                      ":// to another machine: anyone on the path can read it; use https:// (for Redis, a local TLS "
-                     "tunnel: README, 'The shared cluster cache')");
+                     "tunnel: docs/CACHE.md, 'The shared cluster cache')");
     for (auto& url : config.endpoints) {
       auto endpoint = std::make_unique<Endpoint>();
       KILN_ASSIGN_OR_RETURN(endpoint->remote, make_endpoint(url, eo));

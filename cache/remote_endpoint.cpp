@@ -19,8 +19,8 @@ Result<EndpointUrl> parse_endpoint_url(std::string_view text) {
   if (url.scheme == "rediss")
     return unavailable("remote '" + std::string(text) +
                        "': rediss:// needs TLS in the Redis client, and Debian 12's hiredis (0.14) has none; reach the server "
-                       "through a local TLS tunnel (stunnel, a service mesh sidecar) as redis://127.0.0.1:PORT (README: "
-                       "\"The shared cluster cache\")");
+                       "through a local TLS tunnel (stunnel, a service mesh sidecar) as redis://127.0.0.1:PORT "
+                       "(docs/CACHE.md: \"The shared cluster cache\")");
   if (url.scheme != "redis" && url.scheme != "http" && url.scheme != "https")
     return bad("unknown scheme '" + url.scheme + "' (kiln speaks redis://, http:// and https://)");
   std::string_view rest = text.substr(colon + 3);

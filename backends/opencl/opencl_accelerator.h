@@ -1,9 +1,10 @@
 // The OpenCL accelerator: one device of one platform through the ICD loader (dlopen), device
 // memory as fine-grained SVM (so a device pointer is a pointer, as on every other backend),
-// in-order command queues as streams, markers as events, programs built from SPIR-V where the
-// device takes IL and from the preprocessed OpenCL C otherwise, with the device binary kept in
-// the caller's DerivedCodeCache so the next process builds nothing. Graphs are kiln's own:
-// captured work recorded as a sequence and replayed (OpenCL 3.0 has no graphs of its own).
+// in-order command queues as streams, markers as events, and graphs of kiln's own
+// (opencl_stream.h); programs built from SPIR-V where the device takes IL and from the
+// preprocessed OpenCL C otherwise, with the device binary kept in the caller's DerivedCodeCache
+// so the next process builds nothing (opencl_module.h); the platforms and devices
+// (opencl_devices.h).
 //
 // Registered as "opencl" and chosen by name only (KILN_ACCELERATOR=opencl): an ICD loader is on
 // most machines, and telling a GPU from a CPU device would mean initialising every platform.
@@ -11,23 +12,17 @@
 // platform), else the first GPU, else the first device.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
 
 #include "backends/opencl/opencl_api.h"
+#include "backends/opencl/opencl_devices.h"  // list_devices, for kiln doctor
+#include "backends/opencl/opencl_module.h"
 #include "runtime/accelerator.h"
 #include "runtime/memory_tracker.h"
 
 namespace kiln::backends::opencl {
-
-// What `kiln doctor` lists: every platform and its devices, without creating a context.
-struct DeviceListing {
-  std::string platform;  // "Portable Computing Language (OpenCL 3.0 PoCL 3.1...)"
-  std::vector<std::string> devices;  // "cpu pthread-skylake-avx512-AMD EPYC, driver 3.1, SVM fine-grained, IL none"
-};
-Result<std::vector<DeviceListing>> list_devices();
 
 class OpenClAccelerator final : public runtime::Accelerator {
  public:
@@ -74,7 +69,7 @@ class OpenClAccelerator final : public runtime::Accelerator {
     uint64_t built_from_source = 0, built_from_il = 0, reloaded_binaries = 0;
   };
   ProgramCounts program_counts() const {
-    return {m_built_from_source.load(), m_built_from_il.load(), m_reloaded_binaries.load()};
+    return {m_programs.built_from_source.load(), m_programs.built_from_il.load(), m_programs.reloaded_binaries.load()};
   }
 
   // Streams register their queues so that deallocate can wait for work that may still use memory.
@@ -92,7 +87,7 @@ class OpenClAccelerator final : public runtime::Accelerator {
   bool m_takes_il = false, m_fp16 = false, m_fp64 = false;
   uint64_t m_global_memory = 0;
   runtime::MemoryTracker m_memory;
-  std::atomic<uint64_t> m_built_from_source{0}, m_built_from_il{0}, m_reloaded_binaries{0};
+  ProgramCounters m_programs;
   std::mutex m_queues_mutex;
   std::set<cl_command_queue> m_queues;
   std::once_flag m_default_once;

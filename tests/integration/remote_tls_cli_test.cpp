@@ -219,7 +219,7 @@ TEST_F(RemoteTlsCliTest, ATlsRedisIsReachedThroughALocalStunnelAndRedissSaysHow)
   auto plain = build("redis://127.0.0.1:" + std::to_string(redis.port()), 0);
   EXPECT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(count(plain.err, "kiln: warning:"), 1u) << plain.err;
-  // Through the tunnel (README: "The shared cluster cache"): one node publishes, another hits.
+  // Through the tunnel (docs/CACHE.md: "The shared cluster cache"): one node publishes, another hits.
   testing::StunnelClient tunnel(tunnel_dir.path(), redis.port(), m_ca.ca_pem());
   std::string through = "redis://127.0.0.1:" + std::to_string(tunnel.port());
   auto first = build(through, 1);

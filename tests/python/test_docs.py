@@ -1,34 +1,35 @@
-"""Every ```python example in docs/PYTHON.md runs, each in a fresh interpreter, from
-tests/python/extensions (where the lltm.cpp they name is), against this build of kiln."""
+"""Every ```python block of README.md and docs/ runs (tests/docs/docblocks.py says which blocks a
+page runs and how one is marked not to), each in a fresh interpreter, from tests/python/extensions
+(where the lltm.cpp they name is), against this build of kiln, under each torch the suite runs."""
+import importlib.util
 import os
-import re
+import sys
 
 import pytest
 
 from conftest import EXTENSIONS, HERE, run_python
 
-DOC = os.path.join(HERE, "..", "..", "docs", "PYTHON.md")
+sys.path.insert(0, os.path.join(HERE, "..", "docs"))
+import docblocks  # noqa: E402 (after the path it is found on)
+
+BLOCKS = docblocks.all_blocks("python")
 
 
-def examples():
-    with open(DOC, encoding="utf-8") as f:
-        return re.findall(r"```python\n(.*?)```", f.read(), re.S)
+def test_the_pages_have_examples():
+    assert len([b for b in BLOCKS if not b.not_run]) >= 10
 
 
-def test_the_page_has_examples():
-    assert len(examples()) >= 5
-
-
-@pytest.mark.parametrize("index", range(len(examples())))
-def test_example_runs(index, tmp_path):
-    code = examples()[index]
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.where() for b in BLOCKS])
+def test_example_runs(block, tmp_path):
+    if block.not_run:
+        pytest.skip(block.not_run)
+    code = block.code
     if "torch" in code:
         pytest.importorskip("torch")
-    if "kiln.inductor" in code:
-        import importlib.util
-
-        if importlib.util.find_spec("torch._inductor") is None:
-            pytest.skip("kiln.inductor needs torch 2.x's Inductor; this Python has torch without it")
+    if "kiln.inductor" in code and importlib.util.find_spec("torch._inductor") is None:
+        pytest.skip("kiln.inductor needs torch 2.x's Inductor; this Python has torch without it")
+    if "deepspeed" in code.replace("kiln.deepspeed", ""):
+        pytest.importorskip("deepspeed")
     # Its own extension folder: examples load extensions by name, as users do.
     done = run_python("import os\nos.chdir(%r)\n" % EXTENSIONS + code,
                       env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")})

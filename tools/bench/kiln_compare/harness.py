@@ -1,0 +1,200 @@
+"""What every section of tools/bench/compare shares: where kiln is, running commands, timing them
+(hyperfine for whole processes, Google Benchmark for resident ones), medians and spreads, the
+rows the table, the JSON and the docs page are made of, goals, and the bundled specs' facts."""
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+BUILD = os.environ.get("KILN_BUILD_DIR", os.path.join(ROOT, "build"))
+KILN = os.path.join(BUILD, "bin", "kiln")
+BENCH = os.path.join(ROOT, "tools", "bench")  # the helper scripts sections run or import
+SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's PyTorch lives there, not in other pythons on PATH
+VENV_PYTHON = os.path.join(os.path.expanduser("~"), ".local/share/kiln-dev/venv/bin/python")
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.access("/usr/local/cuda/bin/nvcc", os.X_OK) else None)
+
+rows = []  # everything the table and the JSON show
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cmd, env=None, check=True, cwd=None):
+    r = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    return r
+
+
+def stats_ms(samples_ms):
+    s = sorted(samples_ms)
+    return {"median_ms": statistics.median(s), "min_ms": s[0], "max_ms": s[-1], "n": len(s)}
+
+
+def spread(samples, digits=2, scale=1):
+    """"median (min..max)" of samples divided by scale, for a row's note."""
+    m, lo, hi = statistics.median(samples) / scale, min(samples) / scale, max(samples) / scale
+    return f"{m:.{digits}f} ({lo:.{digits}f}..{hi:.{digits}f})"
+
+
+def hyperfine(commands, runs, warmup, prepare=None):
+    """commands: [(name, command string)] -> {name: stats}. Whole processes, no shell."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "h.json")
+        cmd = ["hyperfine", "-N", "--warmup", str(warmup), "--runs", str(runs), "--export-json", out]
+        if prepare:
+            cmd += ["--prepare", prepare]
+        for name, c in commands:
+            cmd += ["-n", name, c]
+        run(cmd)
+        data = json.load(open(out))
+    return {r["command"]: stats_ms([t * 1000 for t in r["times"]]) for r in data["results"]}
+
+
+def gbench(binary, pattern, repetitions):
+    """Google Benchmark medians and stddevs by run name (without its /min_time... suffix); a
+    single run (repetitions 1) counts as its own median."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "b.json")
+        cmd = [os.path.join(BUILD, "bin", binary), f"--benchmark_filter={pattern}", f"--benchmark_out={out}",
+               "--benchmark_out_format=json"]
+        if repetitions > 1:
+            cmd += [f"--benchmark_repetitions={repetitions}", "--benchmark_report_aggregates_only=true"]
+        run(cmd)
+        data = json.load(open(out))
+    res = {}
+    for b in data["benchmarks"]:
+        name = re.sub(r"/(min_time|real_time|repeats|iterations).*$", "", b["run_name"])
+        agg = b.get("aggregate_name") or ("median" if repetitions <= 1 else None)
+        if agg not in ("median", "stddev"):
+            continue
+        scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
+        entry = res.setdefault(name, {"counters": {}, "counters_sd": {}})
+        entry[agg + "_ms"] = b["real_time"] * scale
+        for k, v in b.items():
+            if k.endswith("GBps") or k in ("fraction", "p50_us", "p99_us"):
+                entry["counters" if agg == "median" else "counters_sd"][k] = v
+    for e in res.values():
+        e["n"] = repetitions
+    return res
+
+
+def add(section, what, kiln, kiln_how, peer=None, peer_cmd=None, missing=None, note=None):
+    row = {"section": section, "what": what, "kiln": dict(kiln, how=kiln_how) if kiln else None,
+           "peer": dict(peer, command=peer_cmd) if peer else None, "peer_missing": missing, "note": note}
+    if kiln and peer:
+        row["ratio"] = peer["median_ms"] / kiln["median_ms"]
+    rows.append(row)
+    return row
+
+
+def goal(row, text, met):
+    """A goal of the brief, stated in the row and computed from its figures."""
+    row["goal"] = {"text": text, "met": bool(met)}
+    row["note"] = (row["note"] + "; " if row.get("note") else "") + f"goal {text}: {'pass' if met else 'MISS'}"
+    return row
+
+
+def section_took(section, started, load_before):
+    """The row that closes a long section: how long it took (since `started`, a time.monotonic())
+    and the machine's load average at its start (`load_before`) and at its end."""
+    took = time.monotonic() - started
+    rows.append({"section": section, "what": "this section's run",
+                 "note": f"took {took / 60:.1f} min; load average (1, 5, 15 min) "
+                         f"{' '.join(f'{x:.2f}' for x in load_before)} at its start, "
+                         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at its end, on {os.cpu_count()} cores",
+                 "took_s": took})
+
+
+def child_env():
+    """The environment of a measured Python: this one's, less what would change what it measures."""
+    env = dict(os.environ)
+    for var in ("KILN_CACHE_DIR", "KILN_REMOTE_CACHE", "KILN_PCH", "TORCH_EXTENSIONS_DIR", "PYTHONPATH", "MAX_JOBS", "CCACHE_DIR",
+                "CCACHE_DISABLE", "TORCH_NO_COMPILER_WRAPPER"):
+        env.pop(var, None)
+    return env
+
+
+def hyperfine_env(commands, runs, warmup, env):
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        return hyperfine(commands, runs, warmup)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def cache_kinds(cache_dir):
+    import sqlite3
+    with sqlite3.connect(os.path.join(cache_dir, "index.sqlite")) as db:
+        return sorted(r[0] for r in db.execute("select kind from artifacts"))
+
+
+def bundled_specs():
+    specs = sorted(f for f in os.listdir(os.path.join(ROOT, "specs")) if f.endswith(".toml"))
+    return [f[:-5] for f in specs]
+
+
+def spec_facts(op, spec_dir=None):
+    """Sources, include folders, flags and CUDA sources of a spec, read with a tiny TOML subset."""
+    spec_dir = spec_dir or os.path.join(ROOT, "specs")
+    text = open(os.path.join(spec_dir, op + ".toml")).read()
+    main, _, cuda = text.partition("\n[cuda]")
+    main = main.split("\n[[entry]]")[0]
+
+    def strings(section, key):
+        m = re.search(r"^" + key + r"\s*=\s*\[([^\]]*)\]", section, re.M)
+        return re.findall(r'"([^"]*)"', m.group(1)) if m else []
+    return {"dir": spec_dir, "sources": strings(main, "sources"), "include_dirs": strings(main, "include_dirs"),
+            "flags": strings(main, "flags"), "defines": strings(main, "defines"), "cuda_sources": strings(cuda, "sources")}
+
+
+# The headers whose kernels kiln compiles through Clang by default (builders/op_builder.cpp,
+# is_heavy_cuda_header): CCCL's and cooperative groups'.
+HEAVY_CUDA_HEADERS = ("cub/", "thrust/", "cuda/", "nv/", "cooperative_groups")
+
+
+def cuda_route(op):
+    """"clang" for an op whose CUDA sources include a CCCL or cooperative-groups header (kiln's
+    default route when it has Clang), else "nvrtc"."""
+    for s in spec_facts(op)["cuda_sources"]:
+        for h in re.findall(r"^\s*#\s*include\s*<([^>]+)>", open(os.path.join(ROOT, "specs", s)).read(), re.M):
+            if h.startswith(HEAVY_CUDA_HEADERS):
+                return "clang"
+    return "nvrtc"
+
+
+def sibling_specs(dst):
+    """A copy of the bundled specs whose CUDA sources end with one more comment line: every op a
+    key of its own, the same include prefix. Warming it leaves the header artifacts (PCHs) the
+    bundled ops use in a cache, and none of their own artifacts."""
+    shutil.copytree(os.path.join(ROOT, "specs"), dst)
+    for f in os.listdir(os.path.join(dst, "cuda")):
+        with open(os.path.join(dst, "cuda", f), "a") as out:
+            out.write("// a sibling of the bundled op, for the benchmark\n")
+    return dst
+
+
+def cpu_level():
+    out = run([KILN, "doctor", "--json"]).stdout
+    m = re.search(r"cpu:(x86-64(-v\d)?)", out)
+    return m.group(1) if m else "x86-64-v3"
+
+
+def compiler_command(compiler, op, out_path, level, spec_dir=None):
+    f = spec_facts(op, spec_dir)
+    cmd = [compiler, "-std=c++20", "-O3", f"-march={level}", "-fPIC", "-shared"] + f["flags"]
+    cmd += ["-D" + d for d in f["defines"]]
+    cmd += ["-I" + os.path.join(f["dir"], d) for d in f["include_dirs"]] + ["-I" + os.path.join(ROOT, "backends/cpu/include")]
+    cmd += [os.path.join(f["dir"], s) for s in f["sources"]] + ["-o", out_path]
+    return cmd
+
