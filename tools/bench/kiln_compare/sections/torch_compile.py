@@ -1,5 +1,5 @@
 """torch.compile on the CPU (a 2-block transformer, d=256) with Inductor's C++ built
-by kiln.inductor next to Inductor as shipped (g++ per kernel module): cold on
+by kiln.torch.inductor next to Inductor as shipped (g++ per kernel module): cold on
 one node, a second node with the FX-graph entries and kiln's Redis tier, and
 4 ranks at once (tools/bench/compare_inductor.py)
 """
@@ -11,7 +11,7 @@ from ..servers import start_redis
 
 
 def section(a, work):
-    """torch.compile's CPU kernels through kiln.inductor next to g++ (tools/bench/compare_inductor.py)."""
+    """torch.compile's CPU kernels through kiln.torch.inductor next to g++ (tools/bench/compare_inductor.py)."""
     if BENCH not in sys.path:
         sys.path.insert(0, BENCH)
     import compare_inductor

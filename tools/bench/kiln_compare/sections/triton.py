@@ -71,7 +71,7 @@ print("RESULT " + json.dumps(out))
 # the four took in the process and how many were compiled.
 TRITON_WARM_NODE = r"""
 import contextlib, json, sys, time
-import triton, triton_kernels as tk, kiln.triton_warm as warm
+import triton, triton_kernels as tk, kiln.triton.warm as warm
 from triton.backends.compiler import GPUTarget
 arch = sys.argv[1]
 target = tk.TARGET if arch == "none" else GPUTarget("cuda", int(arch), 32)
