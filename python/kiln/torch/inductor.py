@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import sys
 import threading
 
@@ -332,6 +333,13 @@ def _run_compile_cmd(cmd_line, cwd):
     except Unhandled as why:
         _stats["passed_on"] += 1
         _log.debug("passed to Inductor's compiler (%s): %s", why, cmd_line)
+        args = shlex.split(cmd_line) if isinstance(cmd_line, str) else list(cmd_line)
+        if args and shutil.which(args[0]) is None:
+            from torch._inductor.exc import CppCompileError
+
+            raise CppCompileError(args, "kiln builds Inductor's C++ here, but not this command (%s), and the compiler %s "
+                                  "it needs is not on this node: install it, or turn off what asks for such a build"
+                                  % (why, args[0])) from None
         return _original(cmd_line, cwd)
 
 
@@ -362,6 +370,12 @@ def install(caches=True):
             if hasattr(codecache, "_precompile_header"):
                 _original_header = codecache._precompile_header
                 codecache._precompile_header = _header_file
+            # And the compiler's answers to Inductor's questions (its version, its kind) come from
+            # kiln's store: no compiler process on a node whose kernels are stored, and a node
+            # with no compiler at all can run (compiler_facts).
+            from . import compiler_facts
+
+            compiler_facts.install()
     if caches:
         from . import compile_cache
 
@@ -396,6 +410,9 @@ def uninstall():
         if _original_header is not None:
             codecache._precompile_header = _original_header
             _original_header = None
+        from . import compiler_facts
+
+        compiler_facts.uninstall()
     from . import compile_cache
 
     compile_cache.uninstall()

@@ -1,0 +1,120 @@
+"""One node's torch.compile run, for test_compile_cache.py and tools/bench's torch-compile section:
+run as `python compile_cache_node.py OUT.pt` in a fresh process, it compiles the models MODELS
+names (comma-separated) and prints RESULT {json} with what it took and what each cache did.
+
+Environment: MODELS (llama, gpt2, bert: Hugging Face models from small configs with random
+weights, a training step with backward; transformer: tests/python/inductor_models' 2-block
+transformer, inference; small: a function of two ops; dynamic: a function called at two
+sequence lengths), KILN (1: kiln.torch.compile_cache.install(); 0: torch as shipped), plus the
+usual KILN_CACHE_DIR, KILN_REMOTE_CACHE, TORCHINDUCTOR_CACHE_DIR, TORCH_COMPILE_JOB_ID.
+LOWERING_HOOK=1 prints "LOWERING" (flushed) when Inductor starts lowering a graph, for tests
+that kill a process mid-compile.
+"""
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+start = time.perf_counter()
+
+import torch  # noqa: E402
+
+torch.manual_seed(0)
+SMALL = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+
+
+def hf_model(name):
+    """A Hugging Face model from a small config (random weights: nothing is downloaded)."""
+    import transformers
+
+    if name == "llama":
+        config = transformers.LlamaConfig(max_position_embeddings=64, num_key_value_heads=2, **SMALL)
+        return transformers.LlamaForCausalLM(config)
+    if name == "gpt2":
+        config = transformers.GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+        return transformers.GPT2LMHeadModel(config)
+    if name == "bert":
+        config = transformers.BertConfig(max_position_embeddings=64, **SMALL)
+        return transformers.BertForMaskedLM(config)
+    raise ValueError("unknown model " + name)
+
+
+def train_step(name, out):
+    """One forward and backward of a compiled Hugging Face model: its loss and gradients."""
+    torch.manual_seed(0)
+    model = hf_model(name).train()
+    for module in model.modules():  # dropout off: two nodes must compute the same numbers
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(1))
+    compiled = torch.compile(model)
+    loss = compiled(input_ids=ids, labels=ids).loss
+    loss.backward()
+    out[name + ".loss"] = loss.detach()
+    for pname, p in model.named_parameters():
+        if p.grad is not None:
+            out[name + ".grad." + pname] = p.grad.detach().clone()
+
+
+def run(models):
+    out = {}
+    for name in models:
+        if name in ("llama", "gpt2", "bert"):
+            train_step(name, out)
+        elif name == "transformer":
+            import inductor_models
+
+            model = inductor_models.transformer(d=int(os.environ.get("MODEL_D", "64")), blocks=2)
+            with torch.no_grad():
+                out["transformer"] = torch.compile(model)(torch.randn(4, 16, model[0].norm1.normalized_shape[0]))
+        elif name == "small":
+            out["small"] = torch.compile(lambda x: (x * 2).sin().sum(-1))(torch.arange(24.0).reshape(4, 6))
+        elif name == "dynamic":
+            # Without a profile Dynamo compiles n=8 as static, then n=13 as dynamic (2 graphs);
+            # with the job's profile from another node it compiles the dynamic one first (1).
+            fn = torch.compile(lambda q: (q @ q.transpose(-2, -1)).softmax(-1) + q.sum(-1, keepdim=True))
+            for n in (8, 13):
+                out["dynamic.%d" % n] = fn(torch.arange(n * 4.0).reshape(n, 4) / 10)
+        else:
+            raise SystemExit("compile_cache_node: unknown model " + name)
+    return out
+
+
+def main():
+    if os.environ.get("KILN", "1") == "1":
+        import kiln.torch.compile_cache
+
+        kiln.torch.compile_cache.install()
+    if os.environ.get("LOWERING_HOOK") == "1":
+        from torch._inductor import compile_fx
+
+        inner = compile_fx.fx_codegen_and_compile
+
+        def announced(*args, **kwargs):
+            print("LOWERING", flush=True)
+            return inner(*args, **kwargs)
+
+        compile_fx.fx_codegen_and_compile = announced
+    imported = time.perf_counter() - start
+    first = time.perf_counter()
+    out = run(os.environ.get("MODELS", "small").split(","))
+    first = time.perf_counter() - first
+    from torch._dynamo.utils import counters
+
+    report = {"first_call_s": first, "import_s": imported,
+              "inductor": dict(counters["inductor"]), "aot_autograd": dict(counters["aot_autograd"]),
+              "graphs": counters["stats"]["unique_graphs"]}
+    if os.environ.get("KILN", "1") == "1":
+        import kiln.torch.compile_cache
+        import kiln.torch.inductor
+
+        report["caches"] = kiln.torch.compile_cache.stats()
+        report["kiln"] = kiln.torch.inductor.stats()
+    torch.save(out, sys.argv[1])
+    print("RESULT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
