@@ -26,7 +26,7 @@ def test_example_runs(block, tmp_path):
     code = block.code
     if "torch" in code:
         pytest.importorskip("torch")
-    if "kiln.torch.inductor" in code or "kiln.inductor" in code and importlib.util.find_spec("torch._inductor") is None:
+    if ("kiln.torch" in code or "kiln.inductor" in code) and importlib.util.find_spec("torch._inductor") is None:
         pytest.skip("kiln.inductor needs torch 2.x's Inductor; this Python has torch without it")
     if "deepspeed" in code.replace("kiln.deepspeed", ""):
         pytest.importorskip("deepspeed")

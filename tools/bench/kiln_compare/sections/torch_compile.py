@@ -1,7 +1,9 @@
-"""torch.compile on the CPU (a 2-block transformer, d=256) with Inductor's C++ built
-by kiln.torch.inductor next to Inductor as shipped (g++ per kernel module): cold on
-one node, a second node with the FX-graph entries and kiln's Redis tier, and
-4 ranks at once (tools/bench/compare_inductor.py)
+"""torch.compile on the CPU with its caches and kernels through kiln
+(kiln.torch.compile_cache) next to torch as shipped, a 2-block transformer (d=256) and a Hugging
+Face Llama (2 layers, hidden 256, a training step): a new node's first call with only the
+cluster's Redis next to the floor (torch, its caches warm) and to torch's new node with torch's
+own Redis caches; cold on node 1; 4 ranks at once, lowerings counted
+(tools/bench/compare_inductor.py)
 """
 import os
 import sys
@@ -11,7 +13,7 @@ from ..servers import start_redis
 
 
 def section(a, work):
-    """torch.compile's CPU kernels through kiln.torch.inductor next to g++ (tools/bench/compare_inductor.py)."""
+    """torch.compile's cold start through kiln next to torch as shipped (tools/bench/compare_inductor.py)."""
     if BENCH not in sys.path:
         sys.path.insert(0, BENCH)
     import compare_inductor
