@@ -106,6 +106,9 @@ struct RemoteOptions {
   // them (Redis): each waiter spaces its polls by watchers / lease_polls_per_second (at least
   // a second), so the cluster's load while it waits does not grow with its size.
   double lease_polls_per_second = 10;
+  // False: waiters poll (20 ms growing to 0.5 s) even where the store could wake them; for
+  // measuring what watching saves (tools/bench/cluster_sim.py).
+  bool watch_leases = true;
   // Told when an endpoint fails and is skipped for a while (once per endpoint), and when an
   // object it sent is refused. `kind` ("failed <endpoint>", "refused <endpoint>") lets a
   // caller say each kind once. Null: say nothing.

@@ -102,7 +102,7 @@ RemoteTiers::WaitResult RemoteTiers::wait_for_holder(const Hash128& input_key, s
   for (;;) {
     // Watch first, then try the lease: a release that comes between the two still wakes us.
     Endpoint& home = owner(*tier, manifest);
-    if (watched != &home) {
+    if (watched != &home && m_options.watch_leases) {
       watched = &home;
       watch.reset();
       auto w = home.remote->watch_lease(name);
