@@ -341,7 +341,17 @@ auto RemoteTiers::guarded(Tier& tier, Endpoint& endpoint, F&& call) -> decltype(
 
 Result<bool> RemoteTiers::with_failover(Tier& tier, const std::string& name, const std::function<Result<bool>(RemoteEndpoint&)>& call,
                                         Endpoint** used) {
-  auto order = ranked(tier, name);
+  return with_failover(tier, ranked(tier, name), call, used);
+}
+
+std::vector<RemoteTiers::Endpoint*> RemoteTiers::chunk_order(Tier& tier, const Hash128& key, size_t index) {
+  auto order = ranked(tier, object_name(RemoteObject::kArtifact, key));
+  std::rotate(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(index % order.size()), order.end());
+  return order;
+}
+
+Result<bool> RemoteTiers::with_failover(Tier& tier, const std::vector<Endpoint*>& order,
+                                        const std::function<Result<bool>(RemoteEndpoint&)>& call, Endpoint** used) {
   Result<bool> result = unavailable("no endpoint");
   for (size_t r = 0; r < order.size() && r < 2; ++r) {
     if (used) *used = order[r];

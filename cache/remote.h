@@ -26,8 +26,9 @@
 // Large artifacts (over RemoteOptions::chunk_threshold) travel as content-addressed chunks
 // (remote_chunks.cpp): the artifact's object then holds a chunk list (signed as any object;
 // with a secret it also carries an HMAC of the whole artifact), each chunk is an object named
-// by the XXH3-128 of its bytes and lives on the endpoint that rendezvous hashing gives its
-// name, so a hot 173 MB PCH is served by every endpoint of a tier, not by one. Chunks are
+// by the XXH3-128 of its bytes, and the chunks are dealt out over the tier's endpoints in turn
+// (in the artifact's rendezvous order), so a hot 173 MB PCH is served evenly by every endpoint
+// of a tier, not by one. Chunks are
 // fetched in parallel, each checked on arrival; an artifact is handed over only whole and
 // checked; chunks that arrived before a failure are kept (spool_dir) and not fetched again.
 //
@@ -94,8 +95,8 @@ struct RemoteOptions {
   std::chrono::milliseconds lease{30000};
   std::chrono::milliseconds breaker{60000};
   // Artifacts larger than this travel as chunks of chunk_bytes, up to chunk_parallel at once.
-  // 1 MiB chunks: a 173 MB PCH is 166 of them, which rendezvous hashing spreads over 6
-  // endpoints within ~20% of even (tools/bench/cluster_sim.py measures the spread).
+  // 1 MiB chunks: a 173 MB PCH is 166 of them, 27 or 28 on each of 6 endpoints; fetched 8 at a
+  // time, a node keeps every shard busy (tools/bench/cluster_sim.py measures the spread).
   size_t chunk_threshold = size_t{4} << 20;
   size_t chunk_bytes = size_t{1} << 20;
   int chunk_parallel = 8;
@@ -235,6 +236,13 @@ class RemoteTiers {
   // is down or fails (two endpoints at most); `used` says which answered.
   Result<bool> with_failover(Tier& tier, const std::string& name, const std::function<Result<bool>(RemoteEndpoint&)>& call,
                              Endpoint** used = nullptr);
+  // The same over endpoints in the order given (a chunk's: its artifact's order, rotated).
+  Result<bool> with_failover(Tier& tier, const std::vector<Endpoint*>& order, const std::function<Result<bool>(RemoteEndpoint&)>& call,
+                             Endpoint** used = nullptr);
+  // Where chunk `index` of the artifact `key` lives: the artifact's rendezvous order of the
+  // tier's endpoints, rotated by the index, so an artifact's chunks are dealt out evenly (an
+  // endpoint holds n/S of them, to within one) rather than as hashing happens to fall.
+  std::vector<Endpoint*> chunk_order(Tier& tier, const Hash128& key, size_t index);
   // The artifact a chunk list names, fetched from `tier` and checked; kDataLoss when a chunk or
   // the whole is wrong, kUnavailable when a chunk could not be had (the chunks that did arrive
   // are kept for the next try).

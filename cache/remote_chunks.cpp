@@ -138,7 +138,7 @@ Result<std::string> RemoteTiers::put_chunks(Tier& tier, const Hash128& key, std:
   KILN_RETURN_IF_ERROR(parallel_for(chunks.size(), m_options.chunk_parallel, [&](size_t i) -> Status {
     const ChunkRef& c = chunks[i];
     std::string name = object_name(RemoteObject::kChunk, c.hash);
-    auto put = with_failover(tier, name, [&](RemoteEndpoint& e) -> Result<bool> {
+    auto put = with_failover(tier, chunk_order(tier, key, i), [&](RemoteEndpoint& e) -> Result<bool> {
       KILN_RETURN_IF_ERROR(e.put(name, payload.substr(c.offset, c.size)));
       return true;
     });
@@ -198,7 +198,7 @@ Result<std::string> RemoteTiers::assemble(Tier& tier, const Hash128& key, std::s
     std::string why;
     for (int attempt = 0; attempt < 2; ++attempt) {  // a chunk damaged on the way is fetched once more
       std::optional<std::string> got;
-      auto asked = with_failover(tier, name, [&](RemoteEndpoint& e) -> Result<bool> {
+      auto asked = with_failover(tier, chunk_order(tier, key, i), [&](RemoteEndpoint& e) -> Result<bool> {
         KILN_ASSIGN_OR_RETURN(got, e.get(name));
         return true;
       });

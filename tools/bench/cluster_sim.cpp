@@ -72,7 +72,8 @@ std::string content(size_t n, uint64_t seed) {
 RemoteOptions remote_options(const Args& a) {
   RemoteOptions o;
   o.tiers = parse_tiers(a.tiers).value();
-  o.connect_timeout = std::chrono::milliseconds(1000);
+  // Generous: a thousand threads connecting at once on 2 cores wait for the CPU, not the network.
+  o.connect_timeout = std::chrono::milliseconds(5000);
   o.io_timeout = std::chrono::milliseconds(5000);
   o.lease = std::chrono::milliseconds(30000);
   o.chunk_bytes = a.chunk_bytes;
@@ -195,7 +196,7 @@ int lease_waiters(const Args& a) {
     return 1;
   }
   std::atomic<bool> published{false};
-  std::atomic<int64_t> polls{0}, found{0};
+  std::atomic<int64_t> polls{0}, found{0}, taken{0};
   std::vector<double> late_ms(static_cast<size_t>(a.lease_waiters));
   std::atomic<int64_t> released_ns{0};
   std::vector<std::thread> threads;
@@ -204,10 +205,12 @@ int lease_waiters(const Args& a) {
     threads.emplace_back([&, i] {
       auto t = RemoteTiers::create(remote_options(a)).value();
       auto r = t->wait_for_holder(input, std::chrono::milliseconds(a.hold_ms * 4), [&] { return published.load(); });
+      bool got = r.state == RemoteTiers::WaitState::kFound || r.state == RemoteTiers::WaitState::kTaken;
       late_ms[static_cast<size_t>(i)] =
-          static_cast<double>(Clock::now().time_since_epoch().count() - released_ns.load()) / 1e6;
+          got && released_ns.load() ? static_cast<double>(Clock::now().time_since_epoch().count() - released_ns.load()) / 1e6 : -1;
       polls += r.polls;
       found += r.state == RemoteTiers::WaitState::kFound;
+      taken += r.state == RemoteTiers::WaitState::kTaken;
     });
   std::this_thread::sleep_for(std::chrono::milliseconds(a.hold_ms));
   released_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
@@ -215,10 +218,14 @@ int lease_waiters(const Args& a) {
   lease.lease.reset();
   for (auto& t : threads) t.join();
   double wall = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("{\"waiters\": %d, \"hold_ms\": %d, \"poll\": %s, \"requests\": %lld, \"found\": %lld, \"after_release_ms_p50\": %.1f, "
-              "\"after_release_ms_max\": %.1f, \"wall_s\": %.2f}\n",
+  // Found it, or took the lease after the release (polling: the first to poll after it).
+  std::vector<double> ready;
+  for (double ms : late_ms)
+    if (ms >= 0) ready.push_back(ms);
+  std::printf("{\"waiters\": %d, \"hold_ms\": %d, \"poll\": %s, \"requests\": %lld, \"found\": %lld, \"taken\": %lld, "
+              "\"after_release_ms_p50\": %.1f, \"after_release_ms_max\": %.1f, \"wall_s\": %.2f}\n",
               a.lease_waiters, a.hold_ms, a.poll ? "true" : "false", static_cast<long long>(polls.load()),
-              static_cast<long long>(found.load()), percentile(late_ms, 0.5), percentile(late_ms, 1.0), wall);
+              static_cast<long long>(found.load()), static_cast<long long>(taken.load()), percentile(ready, 0.5), percentile(ready, 1.0), wall);
   return 0;
 }
 

@@ -146,11 +146,12 @@ def run_sim(args, work):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def cold_start(servers, tier, nodes, concurrency, work):
+def cold_start(servers, tier, nodes, concurrency, work, chunks=True):
     for s in servers:
         s.reset()
+    threshold = JOB["chunk_threshold"] if chunks else 1 << 40
     job = ["--ops", JOB["ops"], "--op-bytes", JOB["op_bytes"], "--pch-bytes", JOB["pch_bytes"], "--chunk-bytes", JOB["chunk_bytes"],
-           "--chunk-threshold", JOB["chunk_threshold"], "--triton", JOB["triton"], "--triton-bytes", JOB["triton_bytes"]]
+           "--chunk-threshold", threshold, "--triton", JOB["triton"], "--triton-bytes", JOB["triton_bytes"]]
     out = run_sim(["--tiers", tier, "--nodes", nodes, "--concurrency", concurrency] + job, work)
     served = [s.served() for s in servers]
     total_bytes = sum(b for _, b in served) or 1
@@ -183,7 +184,7 @@ def lease_alone(redis, waiters, poll, work, hold_ms=10000):
     return out
 
 
-def measure(nodes_list, shards_list, concurrency, quick, work):
+def measure(nodes_list, shards_list, concurrency, quick, work, chunks=True, lease=True, nginx=True):
     results = {"job": JOB, "scale": SCALE, "concurrency": concurrency, "cold_start": [], "nginx": [], "lease": []}
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else work
     node_dir = tempfile.mkdtemp(prefix="kiln-cluster-sim-", dir=shm)
@@ -194,8 +195,8 @@ def measure(nodes_list, shards_list, concurrency, quick, work):
                 tier = ",".join(s.url for s in servers)
                 for n in nodes_list:
                     start = time.monotonic()
-                    r = cold_start(servers, tier, n, concurrency, node_dir)
-                    r.update(tier=f"redis x{shards}", shards=shards)
+                    r = cold_start(servers, tier, n, concurrency, node_dir, chunks)
+                    r.update(tier=f"redis x{shards}" + ("" if chunks else ", large artifacts whole (no chunks)"), shards=shards)
                     results["cold_start"].append(r)
                     log(f"cluster_sim: redis x{shards}, {n} nodes: {r['compiles']} compiles for {r['keys']} keys, busiest server "
                         f"{r['busiest_bytes_share']:.0%} of bytes, ready p50 {r['ready_ms_p50'] / 1000:.2f} s, "
@@ -203,7 +204,7 @@ def measure(nodes_list, shards_list, concurrency, quick, work):
             finally:
                 for s in servers:
                     s.stop()
-        if shutil.which("nginx") or os.access("/usr/sbin/nginx", os.X_OK):
+        if nginx and (shutil.which("nginx") or os.access("/usr/sbin/nginx", os.X_OK)):
             nginx_dir = os.path.join(work, "nginx")
             os.makedirs(nginx_dir, exist_ok=True)
             nginx = Nginx(nginx_dir)
@@ -215,16 +216,17 @@ def measure(nodes_list, shards_list, concurrency, quick, work):
                     log(f"cluster_sim: nginx, {n} nodes: {r['compiles']} compiles for {r['keys']} keys")
             finally:
                 nginx.stop()
-        redis = Redis(work)
+        redis = Redis(work) if lease else None
         try:
-            for w in [w for w in (16, 64, 256, 1000) if not quick or w <= 256]:
+            for w in [] if not lease else [w for w in (16, 64, 256, 1000) if not quick or w <= 256]:
                 for poll in (True, False):
                     r = lease_alone(redis, w, poll, node_dir)
                     results["lease"].append(r)
                     log(f"cluster_sim: {w} waiters, {'polling' if poll else 'watching'}: {r['steady_requests_per_s']:.0f} requests/s "
                         f"at the server in the second half of the hold")
         finally:
-            redis.stop()
+            if redis:
+                redis.stop()
     finally:
         shutil.rmtree(node_dir, ignore_errors=True)
     return results
@@ -240,15 +242,57 @@ def markdown(results):
                    f"{r['ready_ms_p50'] / 1000:.2f} / {r['ready_ms_p99'] / 1000:.2f} / {r['ready_ms_max'] / 1000:.2f} s | "
                    f"{r['lease_requests_per_s']:.0f} | {r['wall_s']:.1f} s |")
     out += ["", "| waiters on one lease (held 10 s) | polling: requests/s at the server | watching: requests/s | "
-            "requests in all, polling / watching | last waiter ready after the release, polling / watching |", "|---|---|---|---|---|"]
+            "requests in all, polling / watching | waiters that got it, polling / watching | last waiter ready after the release, "
+            "polling / watching |", "|---|---|---|---|---|---|"]
     by = {}
+    if not results["lease"]:
+        return "\n".join(out[:-3])
     for r in results["lease"]:
         by.setdefault(r["waiters"], {})[r["poll"]] = r
     for w, pair in sorted(by.items()):
         p, x = pair.get(True), pair.get(False)
         out.append(f"| {w} | {p['steady_requests_per_s']:.0f} | {x['steady_requests_per_s']:.0f} | {p['server_requests']} / "
-                   f"{x['server_requests']} | {p['after_release_ms_max']:.0f} / {x['after_release_ms_max']:.0f} ms |")
+                   f"{x['server_requests']} | {p['found'] + p['taken']} / {x['found'] + x['taken']} | "
+                   f"{p['after_release_ms_max']:.0f} / {x['after_release_ms_max']:.0f} ms |")
     return "\n".join(out)
+
+
+# The model's assumptions (docs/cluster-scale.md): a real network, not this machine's loopback.
+MODEL = dict(
+    server_gbit=25,               # each Redis shard's NIC
+    node_gbit=25,                 # each node's front-end NIC
+    rtt_ms=0.1,                   # node to shard, one pod
+    shard_requests_per_s=100_000,  # one Redis process serving small GETs (single-threaded)
+    parallel_chunks=8,            # RemoteOptions::chunk_parallel
+)
+
+
+def model(results, nodes_list=(1000, 10000)):
+    """Projects the measured per-node requests and bytes and the measured spread over shards to
+    N nodes on the network MODEL describes: the last node's time to ready, bounded by the
+    busiest shard's NIC, its request rate, and a node's own NIC and round trips."""
+    m = MODEL
+    server_bps, node_bps = m["server_gbit"] * 1e9 / 8, m["node_gbit"] * 1e9 / 8
+    rows = ["| shards | nodes | bytes per node (unscaled) | busiest shard: share of bytes (measured) | its bytes | "
+            "its NIC time | its requests/s time | one node alone | last node ready (projected) | last / one |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    biggest = {}
+    for r in results["cold_start"]:
+        if r["nodes"] >= biggest.get(r["shards"], {}).get("nodes", 0):
+            biggest[r["shards"]] = r
+    for shards, r in sorted(biggest.items()):
+        per_node_bytes = sum(r["bytes_per_server"]) / r["nodes"] * SCALE
+        per_node_requests = sum(r["requests_per_server"]) / r["nodes"]
+        round_trips = 2 * r["keys"] + JOB["pch_bytes"] / JOB["chunk_bytes"] / m["parallel_chunks"]
+        one = per_node_bytes / min(node_bps, shards * server_bps) + round_trips * m["rtt_ms"] / 1000
+        for n in nodes_list:
+            busiest = r["busiest_bytes_share"] * n * per_node_bytes
+            t_nic = busiest / server_bps
+            t_req = r["busiest_requests_share"] * n * per_node_requests / m["shard_requests_per_s"]
+            last = max(t_nic, t_req, one)
+            rows.append(f"| {shards} | {n:,} | {per_node_bytes / 1e6:.0f} MB | {r['busiest_bytes_share']:.1%} | {busiest / 1e9:.0f} GB | "
+                        f"{t_nic:.1f} s | {t_req:.1f} s | {one:.2f} s | {last:.1f} s | {last / one:.0f}x |")
+    return "\n".join(rows)
 
 
 def section(add, work, quick=False):
@@ -274,19 +318,22 @@ def main():
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--json", default=os.path.join(ROOT, "build", "bench", "cluster_sim.json"))
     p.add_argument("--markdown", help="also write the tables to this file")
+    p.add_argument("--no-chunks", action="store_true", help="large artifacts whole, on one shard each (what chunks save)")
+    p.add_argument("--only-cold-start", action="store_true", help="no nginx runs, no lease-alone runs")
     a = p.parse_args()
     nodes = [int(n) for n in a.nodes.split(",")]
     if a.quick:
         nodes = [n for n in nodes if n <= 256]
     with tempfile.TemporaryDirectory(prefix="kiln-cluster-") as work:
         start = time.monotonic()
-        results = measure(nodes, [int(s) for s in a.shards.split(",")], a.concurrency, a.quick, work)
+        results = measure(nodes, [int(s) for s in a.shards.split(",")], a.concurrency, a.quick, work, chunks=not a.no_chunks,
+                          lease=not a.only_cold_start, nginx=not a.only_cold_start)
         results["seconds"] = time.monotonic() - start
         results["machine"] = f"{os.cpu_count()} cores, {os.uname().release}"
     os.makedirs(os.path.dirname(a.json), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump(results, f, indent=1)
-    table = markdown(results)
+    table = markdown(results) + "\n\nProjected (assumptions: " + ", ".join(f"{k}={v}" for k, v in MODEL.items()) + "):\n\n" + model(results)
     print(table)
     if a.markdown:
         with open(a.markdown, "w") as f:
