@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cache/remote.h"
+#include "tests/cache/remote_test_util.h"
 #include "tests/servers.h"
 #include "tests/test_util.h"
 
@@ -24,16 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 #define REQUIRE_REDIS() \
   if (RedisServer::binary().empty()) GTEST_SKIP() << "redis-server is not installed (scripts/setup installs it)"
-
-std::string bytes(size_t n, uint32_t seed) {
-  std::string out(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : out) {
-    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-    c = static_cast<char>(x);
-  }
-  return out;
-}
 
 std::vector<std::string> list_dir(const std::string& path) {
   std::vector<std::string> out;
@@ -81,16 +72,6 @@ class Shards : public ::testing::Test {
     return o;
   }
   std::unique_ptr<RemoteTiers> tiers(RemoteOptions o) { return RemoteTiers::create(std::move(o)).value(); }
-  // Fetches `key`: the payload handed to accept, or "" when it was not found whole.
-  static std::string fetch(RemoteTiers& t, const Hash128& key, int* accepted = nullptr) {
-    std::string got;
-    bool found = t.fetch(RemoteObject::kArtifact, key, [&](std::string_view p) {
-      got = std::string(p);
-      if (accepted) ++*accepted;
-      return Status();
-    });
-    return found ? got : "";
-  }
   std::vector<std::unique_ptr<TempDir>> m_dirs;
   std::vector<std::unique_ptr<RedisServer>> m_servers;
 };
@@ -99,7 +80,7 @@ TEST_F(Shards, LargeArtifactIsChunkedOverEveryShardAndComesBackWhole) {
   REQUIRE_REDIS();
   start(6);
   Hash128 key = xxh3_128("pch");
-  std::string payload = bytes(600 << 10, 7);  // 150 chunks of 4 KiB
+  std::string payload = noise(600 << 10, 7);  // 150 chunks of 4 KiB
   auto writer = tiers(options(urls()));
   writer->publish({{RemoteObject::kArtifact, key, payload}});
   writer->drain();
@@ -117,16 +98,16 @@ TEST_F(Shards, LargeArtifactIsChunkedOverEveryShardAndComesBackWhole) {
   writer->drain();
   auto reader = tiers(options(urls()));
   int accepted = 0;
-  EXPECT_EQ(fetch(*reader, key, &accepted), payload);
+  EXPECT_EQ(fetch_whole(*reader, key, &accepted), payload);
   EXPECT_EQ(accepted, 1);
-  EXPECT_EQ(fetch(*reader, xxh3_128("small")), "a small kernel");
+  EXPECT_EQ(fetch_whole(*reader, xxh3_128("small")), "a small kernel");
 }
 
 TEST_F(Shards, DamagedOrMissingChunkIsAMissNeverAPartialLoadAndARebuildRepairsIt) {
   REQUIRE_REDIS();
   start(3);
   Hash128 key = xxh3_128("big");
-  std::string payload = bytes(200 << 10, 3);
+  std::string payload = noise(200 << 10, 3);
   auto writer = tiers(options(urls()));
   writer->publish({{RemoteObject::kArtifact, key, payload}});
   writer->drain();
@@ -139,7 +120,7 @@ TEST_F(Shards, DamagedOrMissingChunkIsAMissNeverAPartialLoadAndARebuildRepairsIt
     if (victim.empty()) {
       victim = first;
       auto e = raw(s->url());
-      ASSERT_TRUE(e->put(first.substr(5), bytes(4 << 10, 99)).ok());
+      ASSERT_TRUE(e->put(first.substr(5), noise(4 << 10, 99)).ok());
     } else if (gone.empty()) {
       gone = first;
       kiln::testing::run_process({"redis-cli", "-u", s->url(), "DEL", first});
@@ -149,12 +130,12 @@ TEST_F(Shards, DamagedOrMissingChunkIsAMissNeverAPartialLoadAndARebuildRepairsIt
   ASSERT_FALSE(gone.empty());
   auto reader = tiers(options(urls()));
   int accepted = 0;
-  EXPECT_EQ(fetch(*reader, key, &accepted), "");
+  EXPECT_EQ(fetch_whole(*reader, key, &accepted), "");
   EXPECT_EQ(accepted, 0) << "nothing is handed over unless whole and checked";
   // The node that misses compiles it again and publishes it: the chunks are written anew.
   writer->publish({{RemoteObject::kArtifact, key, payload}});
   writer->drain();
-  EXPECT_EQ(fetch(*reader, key), payload);
+  EXPECT_EQ(fetch_whole(*reader, key), payload);
 }
 
 TEST_F(Shards, PartialFetchResumesWithTheChunksThatArrived) {
@@ -164,7 +145,7 @@ TEST_F(Shards, PartialFetchResumesWithTheChunksThatArrived) {
   for (auto& s : m_servers) proxies.push_back(std::make_unique<FaultProxy>(s->port()));
   std::string tier = urls({proxies[0]->url("redis"), proxies[1]->url("redis"), proxies[2]->url("redis")});
   Hash128 key = xxh3_128("resume");
-  std::string payload = bytes(400 << 10, 5);  // 100 chunks
+  std::string payload = noise(400 << 10, 5);  // 100 chunks
   auto writer = tiers(options(tier));
   writer->publish({{RemoteObject::kArtifact, key, payload}});
   writer->drain();
@@ -179,17 +160,15 @@ TEST_F(Shards, PartialFetchResumesWithTheChunksThatArrived) {
   auto reader = tiers(o);
   proxy.set(FaultProxy::Fault::kRefuse);  // the third shard goes down mid-start
   // Its chunks are not to be had (their second endpoint in rendezvous order has none): a miss.
-  EXPECT_EQ(fetch(*reader, key), "");
+  EXPECT_EQ(fetch_whole(*reader, key), "");
   auto kept = list_dir(spool / "chunks");
   EXPECT_GT(kept.size(), 30u) << "the chunks of the shards that answered are kept";
   EXPECT_LT(kept.size(), 100u);
   reader->take_counters();
   proxy.set(FaultProxy::Fault::kNone);
   std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the breaker lets it be tried again
-  EXPECT_EQ(fetch(*reader, key), payload);
-  int64_t bytes_in = 0;
-  for (auto& c : reader->take_counters())
-    if (c.counter == TierCounter::kBytesIn) bytes_in += c.value;
+  EXPECT_EQ(fetch_whole(*reader, key), payload);
+  int64_t bytes_in = counters_of(*reader)[TierCounter::kBytesIn];
   EXPECT_LT(bytes_in, static_cast<int64_t>(payload.size()) - static_cast<int64_t>(kept.size()) * (4 << 10) + (8 << 10))
       << "only the missing chunks (and the list) are fetched again";
   EXPECT_TRUE(list_dir(spool / "chunks").empty()) << "kept chunks are dropped once the artifact is whole";
@@ -199,19 +178,19 @@ TEST_F(Shards, SignedChunkedArtifactIsRefusedWithoutTheSameSecret) {
   REQUIRE_REDIS();
   start(2);
   Hash128 key = xxh3_128("signed");
-  std::string payload = bytes(300 << 10, 11);
+  std::string payload = noise(300 << 10, 11);
   RemoteOptions signer = options(urls());
   signer.secret = "cluster secret";
   tiers(signer)->publish({{RemoteObject::kArtifact, key, payload}});
   RemoteOptions same = options(urls()), other = options(urls());
   same.secret = "cluster secret";
   other.secret = "another secret";
-  EXPECT_EQ(fetch(*tiers(same), key), payload);
-  EXPECT_EQ(fetch(*tiers(other), key), "");
+  EXPECT_EQ(fetch_whole(*tiers(same), key), payload);
+  EXPECT_EQ(fetch_whole(*tiers(other), key), "");
   // Unsigned chunks are refused by a node that requires signatures.
   Hash128 plain = xxh3_128("unsigned");
   tiers(options(urls()))->publish({{RemoteObject::kArtifact, plain, payload}});
-  EXPECT_EQ(fetch(*tiers(same), plain), "");
+  EXPECT_EQ(fetch_whole(*tiers(same), plain), "");
 }
 
 TEST_F(Shards, WaitersOfALeaseAreWokenByItsReleaseAndPollRarely) {

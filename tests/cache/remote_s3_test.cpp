@@ -11,6 +11,7 @@
 
 #include "cache/remote.h"
 #include "cache/remote_s3_credentials.h"
+#include "tests/cache/remote_test_util.h"
 #include "tests/servers.h"
 #include "tests/test_util.h"
 
@@ -123,76 +124,67 @@ class S3Test : public ::testing::Test {
     return o;
   }
   std::unique_ptr<RemoteTiers> tiers(const std::string& tier) { return RemoteTiers::create(options(tier)).value(); }
-  static std::string fetch(RemoteTiers& t, const Hash128& key, int* accepted = nullptr) {
-    std::string got;
-    bool found = t.fetch(RemoteObject::kArtifact, key, [&](std::string_view p) {
-      got = std::string(p);
-      if (accepted) ++*accepted;
-      return Status();
-    });
-    return found ? got : "";
+  // An S3 server (the test skips unless moto_server is installed) and its user's keys in the
+  // environment, `secret` in place of the secret key when given.
+  void start(const std::string& secret = "") {
+    m_s3 = std::make_unique<S3Server>(m_dir.path(), "kiln-test");
+    m_env = std::make_unique<ScopedEnv>(keys_of(*m_s3, secret));
   }
-  static std::map<TierCounter, int64_t> counters(RemoteTiers& t) {
-    std::map<TierCounter, int64_t> by;
-    for (auto& v : t.take_counters()) by[v.counter] += v.value;
-    return by;
-  }
+  std::string tier() const { return "s3://kiln-test/c|endpoint=" + m_s3->endpoint(); }
   std::string reports() const {
     std::string all;
     for (auto& r : m_reports) all += r + "\n";
     return all;
   }
   std::vector<std::string> m_reports;
+  TempDir m_dir;
+  std::unique_ptr<S3Server> m_s3;
+  std::unique_ptr<ScopedEnv> m_env;
 };
 
 TEST_F(S3Test, SignedRequestsStoreAndFetchPathStyleAndVirtualHosts) {
   REQUIRE_S3();
-  TempDir dir;
-  S3Server s3(dir.path(), "kiln-test");
-  ScopedEnv env(keys_of(s3));
+  start();
+  S3Server& s3 = *m_s3;
   Hash128 key = xxh3_128("kernel"), big = xxh3_128("pch");
   std::string large(300 << 10, '\0');
   for (size_t i = 0; i < large.size(); ++i) large[i] = static_cast<char>(i * 7 + i / 4096);
   auto path_style = tiers("s3://kiln-test/cache|endpoint=" + s3.endpoint());
   path_style->publish({{RemoteObject::kArtifact, key, "a kernel"}, {RemoteObject::kArtifact, big, large}});
   path_style->drain();
-  EXPECT_EQ(counters(*path_style)[TierCounter::kErrors], 0) << reports();
-  EXPECT_EQ(fetch(*path_style, key), "a kernel");
+  EXPECT_EQ(counters_of(*path_style)[TierCounter::kErrors], 0) << reports();
+  EXPECT_EQ(fetch_whole(*path_style, key), "a kernel");
   // The same bucket named as a virtual host (kiln-test.localhost: libcurl resolves *.localhost
   // to this machine), the big one put together from its chunks.
   auto virtual_host = tiers("s3://kiln-test/cache|endpoint=http://localhost:" + std::to_string(s3.port()) + "|style=virtual");
-  EXPECT_EQ(fetch(*virtual_host, key), "a kernel") << reports();
-  EXPECT_EQ(fetch(*virtual_host, big), large);
-  EXPECT_EQ(fetch(*virtual_host, xxh3_128("absent")), "");
+  EXPECT_EQ(fetch_whole(*virtual_host, key), "a kernel") << reports();
+  EXPECT_EQ(fetch_whole(*virtual_host, big), large);
+  EXPECT_EQ(fetch_whole(*virtual_host, xxh3_128("absent")), "");
   EXPECT_EQ(virtual_host->ping_all().front().status.ok(), true);
 }
 
 TEST_F(S3Test, TheFirstWriterWins) {
   REQUIRE_S3();
-  TempDir dir;
-  S3Server s3(dir.path(), "kiln-test");
-  ScopedEnv env(keys_of(s3));
+  start();
   Hash128 key = xxh3_128("same key");
-  auto a = tiers("s3://kiln-test/c|endpoint=" + s3.endpoint()), b = tiers("s3://kiln-test/c|endpoint=" + s3.endpoint());
+  auto a = tiers(tier()), b = tiers(tier());
   a->publish({{RemoteObject::kArtifact, key, "first"}});
   a->drain();
   b->publish({{RemoteObject::kArtifact, key, "second"}});  // If-None-Match: * -> 412, taken as done
   b->drain();
-  auto by = counters(*b);
+  auto by = counters_of(*b);
   EXPECT_EQ(by[TierCounter::kErrors], 0) << reports();
   EXPECT_EQ(by[TierCounter::kPublished], 1);
-  EXPECT_EQ(fetch(*b, key), "first");
+  EXPECT_EQ(fetch_whole(*b, key), "first");
 }
 
 TEST_F(S3Test, ABadSignatureIsRefusedSaysWhyAndTheEndpointIsSkipped) {
   REQUIRE_S3();
-  TempDir dir;
-  S3Server s3(dir.path(), "kiln-test");
-  ScopedEnv env(keys_of(s3, "not-the-secret"));
-  auto t = tiers("s3://kiln-test/c|endpoint=" + s3.endpoint());
-  EXPECT_EQ(fetch(*t, xxh3_128("k")), "");
-  EXPECT_EQ(fetch(*t, xxh3_128("k2")), "");
-  auto by = counters(*t);
+  start("not-the-secret");
+  auto t = tiers(tier());
+  EXPECT_EQ(fetch_whole(*t, xxh3_128("k")), "");
+  EXPECT_EQ(fetch_whole(*t, xxh3_128("k2")), "");
+  auto by = counters_of(*t);
   EXPECT_EQ(by[TierCounter::kErrors], 1);
   EXPECT_EQ(by[TierCounter::kSkipped], 1) << "the breaker spares the second request";
   EXPECT_NE(reports().find("403 SignatureDoesNotMatch: the secret key does not match"), std::string::npos) << reports();
@@ -214,7 +206,7 @@ TEST_F(S3Test, CredentialsFromTheSharedFileAndFromAWebIdentityToken) {
     auto t = tiers("s3://kiln-test/c|endpoint=" + s3.endpoint());
     t->publish({{RemoteObject::kArtifact, xxh3_128("k"), "from a profile"}});
     t->drain();
-    EXPECT_EQ(fetch(*t, xxh3_128("k")), "from a profile") << reports();
+    EXPECT_EQ(fetch_whole(*t, xxh3_128("k")), "from a profile") << reports();
   }
   // A role assumed with a web-identity token, as Kubernetes' IRSA sets it up: STS answers with
   // temporary credentials and a session token, and the server checks the role's policy.
@@ -228,36 +220,34 @@ TEST_F(S3Test, CredentialsFromTheSharedFileAndFromAWebIdentityToken) {
   auto t = tiers("s3://kiln-role/c|endpoint=" + with_role.endpoint());
   t->publish({{RemoteObject::kArtifact, xxh3_128("r"), "as a role"}});
   t->drain();
-  EXPECT_EQ(fetch(*t, xxh3_128("r")), "as a role") << reports();
+  EXPECT_EQ(fetch_whole(*t, xxh3_128("r")), "as a role") << reports();
 }
 
 TEST_F(S3Test, DownSlowAndTruncatedServersAreFailuresNeverData) {
   REQUIRE_S3();
-  TempDir dir;
-  S3Server s3(dir.path(), "kiln-test");
-  ScopedEnv env(keys_of(s3));
+  start();
   Hash128 key = xxh3_128("k");
   std::string payload(20000, 'x');
-  auto direct = tiers("s3://kiln-test/c|endpoint=" + s3.endpoint());
+  auto direct = tiers(tier());
   direct->publish({{RemoteObject::kArtifact, key, payload}});
   direct->drain();
   {  // down: nothing listens
     auto t = tiers("s3://kiln-test/c|endpoint=http://127.0.0.1:" + std::to_string(kiln::testing::free_port()));
     auto start = Clock::now();
-    EXPECT_EQ(fetch(*t, key), "");
+    EXPECT_EQ(fetch_whole(*t, key), "");
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 1.0);
     EXPECT_NE(reports().find("cannot connect"), std::string::npos) << reports();
   }
-  FaultProxy proxy(s3.port());
+  FaultProxy proxy(m_s3->port());
   for (auto [fault, amount, says] : {std::tuple{FaultProxy::Fault::kDelay, size_t{2000}, "timed out"},
                                      std::tuple{FaultProxy::Fault::kTruncate, size_t{5000}, ""}}) {
     proxy.set(fault, amount);
     m_reports.clear();
     auto t = tiers("s3://kiln-test/c|endpoint=" + proxy.url("http"));
     int accepted = 0;
-    EXPECT_EQ(fetch(*t, key, &accepted), "");
+    EXPECT_EQ(fetch_whole(*t, key, &accepted), "");
     EXPECT_EQ(accepted, 0) << "a cut body is never handed over";
-    EXPECT_EQ(counters(*t)[TierCounter::kErrors], 1) << reports();
+    EXPECT_EQ(counters_of(*t)[TierCounter::kErrors], 1) << reports();
     EXPECT_NE(reports().find(says), std::string::npos) << reports();
   }
 }
@@ -265,26 +255,25 @@ TEST_F(S3Test, DownSlowAndTruncatedServersAreFailuresNeverData) {
 TEST_F(S3Test, SlowDownIsRetriedWithBackoff) {
   REQUIRE_S3();
   if (NginxServer::binary().empty()) GTEST_SKIP() << "nginx is not installed (scripts/setup installs it)";
-  TempDir dir, nginx_dir;
-  S3Server s3(dir.path(), "kiln-test");
-  ScopedEnv env(keys_of(s3));
+  start();
+  TempDir nginx_dir;
   kiln::testing::NginxOptions limited;
-  limited.proxy_to = s3.port();
+  limited.proxy_to = m_s3->port();
   limited.pass_host = true;
   limited.limit_per_second = 4;  // beyond it: 503 SlowDown, as S3 answers a hot prefix
   NginxServer nginx(nginx_dir.path(), limited);
   Hash128 key = xxh3_128("hot");
-  auto direct = tiers("s3://kiln-test/c|endpoint=" + s3.endpoint());
+  auto direct = tiers(tier());
   direct->publish({{RemoteObject::kArtifact, key, "hot kernel"}});
   direct->drain();
   auto t = tiers("s3://kiln-test/c|endpoint=http://127.0.0.1:" + std::to_string(nginx.port()));
   for (int i = 0; i < 8; ++i) {  // a burst: each fetch a fresh look (nothing is kept between them here)
-    EXPECT_EQ(fetch(*t, key), "hot kernel") << i << ": " << reports();
+    EXPECT_EQ(fetch_whole(*t, key), "hot kernel") << i << ": " << reports();
   }
   int slow_down = 0;
   for (auto& line : nginx.requests()) slow_down += line.find(" 503 ") != std::string::npos;
   EXPECT_GT(slow_down, 0) << "the limiter answered 503 SlowDown, and the fetches went on after backoff";
-  EXPECT_EQ(counters(*t)[TierCounter::kErrors], 0) << reports();
+  EXPECT_EQ(counters_of(*t)[TierCounter::kErrors], 0) << reports();
 }
 
 }  // namespace
