@@ -105,9 +105,13 @@ RemoteTiers::WaitResult RemoteTiers::wait_for_holder(const Hash128& input_key, s
     if (watched != &home && m_options.watch_leases) {
       watched = &home;
       watch.reset();
-      auto w = home.remote->watch_lease(name);
+      // Through the breaker: a silent server costs one timeout, not one per wait.
+      auto w = with_failover(*tier, std::vector<Endpoint*>{&home}, [&](RemoteEndpoint& e) -> Result<bool> {
+        KILN_ASSIGN_OR_RETURN(watch, e.watch_lease(name));
+        return true;
+      });
       ++out.polls;
-      if (w.ok()) watch = std::move(w).value();
+      if (!w.ok()) watch.reset();
     }
     LeaseResult taken = take_lease_on(*tier, input_key);
     ++out.polls;
