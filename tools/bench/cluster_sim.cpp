@@ -11,7 +11,7 @@
 //
 //   kiln_cluster_sim --tiers T --nodes N [--concurrency C] [--ops 13] [--op-bytes 400]
 //     [--triton 300] [--triton-bytes 2048] [--pch-bytes 1730000] [--chunk-bytes 10486]
-//     [--chunk-threshold 41943] [--scale-note TEXT] [--poll] [--work DIR]
+//     [--chunk-threshold 41943] [--poll] [--lease-ms 30000] [--pch-compile-ms 300] [--work DIR]
 //   kiln_cluster_sim --tiers T --lease-waiters W --hold-ms H [--poll]
 //
 // Prints one JSON object on stdout: compiles per key, per-node time to ready, the lease
@@ -47,7 +47,7 @@ struct Args {
   std::string tiers, work = "/tmp/kiln-cluster-sim";
   int nodes = 16, concurrency = 64, ops = 13, triton = 300;
   size_t op_bytes = 400, triton_bytes = 2048, pch_bytes = 1730000, chunk_bytes = 10486, chunk_threshold = 41943;
-  int op_compile_ms = 20, triton_compile_ms = 10, pch_compile_ms = 300;
+  int op_compile_ms = 20, triton_compile_ms = 10, pch_compile_ms = 300, lease_ms = 30000;
   bool poll = false;
   int lease_waiters = 0, hold_ms = 3000;
 };
@@ -75,7 +75,7 @@ RemoteOptions remote_options(const Args& a) {
   // Generous: a thousand threads connecting at once on 2 cores wait for the CPU, not the network.
   o.connect_timeout = std::chrono::milliseconds(5000);
   o.io_timeout = std::chrono::milliseconds(5000);
-  o.lease = std::chrono::milliseconds(30000);
+  o.lease = std::chrono::milliseconds(a.lease_ms);
   o.chunk_bytes = a.chunk_bytes;
   o.chunk_threshold = a.chunk_threshold;
   o.watch_leases = !a.poll;
@@ -254,6 +254,8 @@ int main(int argc, char** argv) {
     else if (k == "--chunk-bytes") a.chunk_bytes = std::stoul(value());
     else if (k == "--chunk-threshold") a.chunk_threshold = std::stoul(value());
     else if (k == "--poll") a.poll = true;
+    else if (k == "--lease-ms") a.lease_ms = std::stoi(value());
+    else if (k == "--pch-compile-ms") a.pch_compile_ms = std::stoi(value());
     else if (k == "--lease-waiters") a.lease_waiters = std::stoi(value());
     else if (k == "--hold-ms") a.hold_ms = std::stoi(value());
     else {
