@@ -246,8 +246,12 @@ class HttpEndpoint final : public RemoteEndpoint {
   }
 
   Status refused_s3(const char* method, const std::string& name, const Response& r) const {
-    std::string code = s3_error_code(r.body), hint;
-    std::string who = m_signed_with.empty() ? "" : " (credentials from " + m_signed_with + ")";
+    std::string code = s3_error_code(r.body), hint, source;
+    {
+      std::lock_guard lock(m_mutex);
+      source = m_signed_with;
+    }
+    std::string who = source.empty() ? "" : " (credentials from " + source + ")";
     if (code == "SignatureDoesNotMatch")
       hint = ": the secret key does not match the access key" + who + ", or a proxy altered the request";
     else if (code == "InvalidAccessKeyId")
@@ -562,7 +566,7 @@ class HttpEndpoint final : public RemoteEndpoint {
   std::unique_ptr<S3CredentialSource> m_credentials;
   std::string m_signed_with;  // where the last credentials came from, for messages
   std::string m_base;  // scheme://host:port
-  std::mutex m_mutex;
+  mutable std::mutex m_mutex;
   const CurlApi* m_api = nullptr;  // set once by prepare()
   std::string m_api_version;
   ShareLocks m_share_locks;
