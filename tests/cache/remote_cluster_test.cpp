@@ -175,6 +175,50 @@ TEST_F(Shards, PartialFetchResumesWithTheChunksThatArrived) {
   EXPECT_TRUE(list_dir(spool / "chunks").empty()) << "kept chunks are dropped once the artifact is whole";
 }
 
+// A chunk list is what a remote sent: each way it can be wrong is refused with what is wrong,
+// and nothing is handed over.
+TEST_F(Shards, AMalformedChunkListIsRefusedAndSaysWhy) {
+  REQUIRE_REDIS();
+  start(2);
+  auto le64 = [](uint64_t v, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += static_cast<char>(v >> (8 * i));
+    return out;
+  };
+  std::string chunk = "the only chunk";
+  Hash128 h = xxh3_128(chunk);
+  std::string entry = std::string(reinterpret_cast<const char*>(h.bytes.data()), 16) + le64(chunk.size(), 4);
+  auto list = [&](uint64_t total, uint32_t count, const std::string& entries, const Hash128& whole) {
+    return "KILNCHK1" + le64(total, 8) + le64(count, 4) + le64(0, 4) + std::string(reinterpret_cast<const char*>(whole.bytes.data()), 16) +
+           std::string(32, '\0') + entries;
+  };
+  // The chunk itself is there, where the tier looks for it (both shards: wherever it is dealt).
+  for (auto& s : m_servers) ASSERT_TRUE(raw(s->url())->put(object_name(RemoteObject::kChunk, h), chunk).ok());
+  struct Case {
+    std::string payload;
+    const char* says;
+  };
+  std::vector<Case> cases{{"KILNCHK1short", "no KILNCHK1 header"},
+                          {list(chunk.size(), 2, entry, xxh3_128(chunk)), "bytes for 2 chunks"},
+                          {list(99, 1, entry, xxh3_128(chunk)), "its chunks hold 14 bytes, it says 99"},
+                          {list(0, 1, std::string(reinterpret_cast<const char*>(h.bytes.data()), 16) + le64(0, 4), xxh3_128("")), "is empty"},
+                          {list(chunk.size(), 1, entry, xxh3_128("another whole")), "do not hash to the artifact's hash"}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Hash128 key = xxh3_128("malformed " + std::to_string(i));
+    std::string name = object_name(RemoteObject::kArtifact, key);
+    auto sealed = seal_object(RemoteObject::kArtifact, key, cases[i].payload, "").value();
+    for (auto& s : m_servers) ASSERT_TRUE(raw(s->url())->put(name, sealed).ok());
+    RemoteOptions o = options(urls());
+    std::string said;
+    o.report = [&](const std::string&, const std::string& m) { said += m; };
+    auto reader = tiers(o);
+    int accepted = 0;
+    EXPECT_EQ(fetch_whole(*reader, key, &accepted), "") << cases[i].says;
+    EXPECT_EQ(accepted, 0);
+    EXPECT_NE(said.find(cases[i].says), std::string::npos) << said;
+  }
+}
+
 TEST_F(Shards, SignedChunkedArtifactIsRefusedWithoutTheSameSecret) {
   REQUIRE_REDIS();
   start(2);
