@@ -288,6 +288,8 @@ cache::RemoteTiers* Ops::remote() {
     o.cert_file = m_settings.get(cache::SettingKey::kCertFile);
     o.key_file = m_settings.get(cache::SettingKey::kKeyFile);
     o.report = [this](const std::string& kind, const std::string& message) { warn_once("remote " + kind, message); };
+    // Chunks of a large artifact whose fetch failed part way wait here for the next try.
+    o.spool_dir = m_store->root() + "/remote-chunks";
     if (st.ok()) {
       auto tiers = cache::RemoteTiers::create(std::move(o));
       if (tiers.ok()) m_remote = std::move(tiers).value();
@@ -319,30 +321,23 @@ bool Ops::remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome&
 bool Ops::wait_for_cluster(const Hash128& key, const std::string& what, const std::function<bool(cache::RemoteTiers&)>& look_remote,
                            cache::RemoteTiers& remote, std::unique_ptr<cache::RemoteTiers::Lease>& lease) {
   if (!remote.has_leases()) return false;
-  auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::milliseconds(20);
-  bool said = false;
-  for (;;) {
-    auto taken = remote.take_lease(key);
-    if (taken.state == cache::RemoteTiers::LeaseState::kTaken) {
-      lease = std::move(taken.lease);
+  // Woken when the holder releases its lease (polling only as a fallback): cache/remote_lease.cpp.
+  auto waited = remote.wait_for_holder(key, m_remote_wait, [&] { return look_remote(remote); });
+  switch (waited.state) {
+    case cache::RemoteTiers::WaitState::kFound:
+      return true;
+    case cache::RemoteTiers::WaitState::kTaken:
+      lease = std::move(waited.lease);
       // Whoever held it before may have published and released between our look and now.
       return look_remote(remote);
-    }
-    if (taken.state == cache::RemoteTiers::LeaseState::kNone) return false;
-    if (std::chrono::steady_clock::now() - start > m_remote_wait) {
+    case cache::RemoteTiers::WaitState::kTimedOut:
       warn_once("remote-wait", "waited " + std::to_string(m_remote_wait.count() / 1000) + " s for another node compiling " + what +
                                    "; compiling here too");
       return false;
-    }
-    if (!said) {
-      KILN_LOG_AT(kInfo, "remote", what + ": another node is compiling it; waiting for its artifact");
-      said = true;
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 3 / 2, std::chrono::milliseconds(500));
-    if (look_remote(remote)) return true;
+    case cache::RemoteTiers::WaitState::kNone:
+      return false;
   }
+  return false;
 }
 
 bool Ops::single_flight(const Hash128& key, const std::string& what, const std::function<bool()>& look,

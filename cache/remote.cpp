@@ -2,8 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
-#include <random>
 
 #include "cache/hmac.h"
 #include "cache/settings.h"
@@ -39,15 +39,6 @@ std::string base64(std::string_view in) {
   return out;
 }
 
-// Who holds a lease: unique per process and lease, readable in `redis-cli GET`.
-std::string lease_holder() {
-  char host[256] = "?";
-  ::gethostname(host, sizeof host - 1);
-  static std::atomic<uint64_t> counter{0};
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  return std::string(host) + ":" + std::to_string(::getpid()) + ":" + std::to_string(counter.fetch_add(1)) + ":" +
-         std::to_string(random() % 1000000);
-}
 
 }  // namespace
 
@@ -75,6 +66,9 @@ std::string TierConfig::str() const {
   if (!token_file.empty()) out += "|token-file=" + token_file;
   if (!basic_auth_file.empty()) out += "|basic-auth-file=" + basic_auth_file;
   if (!password_file.empty()) out += "|password-file=" + password_file;
+  if (!s3_endpoint.empty()) out += "|endpoint=" + s3_endpoint;
+  if (!s3_region.empty()) out += "|region=" + s3_region;
+  if (!s3_style.empty()) out += "|style=" + s3_style;
   return out;
 }
 
@@ -121,12 +115,28 @@ Result<std::vector<TierConfig>> parse_tiers(std::string_view text) {
         tier.layout = std::string(value);
       } else if ((name == "token-file" || name == "basic-auth-file" || name == "password-file") && !value.empty()) {
         (name == "token-file" ? tier.token_file : name == "basic-auth-file" ? tier.basic_auth_file : tier.password_file) = std::string(value);
+      } else if (name == "endpoint" && !value.empty()) {
+        KILN_ASSIGN_OR_RETURN(EndpointUrl server, parse_endpoint_url(value));
+        if (server.scheme != "http" && server.scheme != "https") return bad("endpoint= is the S3 server's http:// or https:// URL");
+        if (server.path != "/") return bad("endpoint= is a server (scheme://host:port); the bucket and prefix go in s3://BUCKET/PREFIX");
+        tier.s3_endpoint = std::string(value);
+      } else if (name == "region" && !value.empty()) {
+        tier.s3_region = std::string(value);
+      } else if (name == "style" && (value == "path" || value == "virtual")) {
+        tier.s3_style = std::string(value);
       } else {
         return bad("unknown attribute '" + std::string(attr) +
                    "' (known: read-only, read-write, prefix=P, layout=flat|subdirs|bazel, token-file=F, basic-auth-file=F, "
-                   "password-file=F)");
+                   "password-file=F, endpoint=URL, region=R, style=path|virtual)");
       }
     }
+    bool s3 = tier.endpoints.front().scheme == "s3";
+    if (!s3 && (!tier.s3_endpoint.empty() || !tier.s3_region.empty() || !tier.s3_style.empty()))
+      return bad("endpoint=, region= and style= are for s3:// tiers");
+    if (s3 && (!tier.token_file.empty() || !tier.basic_auth_file.empty()))
+      return bad("s3:// tiers sign with AWS credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, ~/.aws/credentials, or "
+                 "AWS_WEB_IDENTITY_TOKEN_FILE), not a token-file or basic-auth-file");
+    if (s3 && tier.layout != "flat") return bad("s3:// tiers name objects PREFIX/NAME (no layout=)");
     bool http = tier.endpoints.front().scheme != "redis";
     if (http && !tier.password_file.empty()) return bad("password-file is for redis:// tiers (http uses token-file or basic-auth-file)");
     if (!http && (!tier.token_file.empty() || !tier.basic_auth_file.empty()))
@@ -138,7 +148,7 @@ Result<std::vector<TierConfig>> parse_tiers(std::string_view text) {
 }
 
 std::string object_name(RemoteObject type, const Hash128& key) {
-  return key.hex() + std::string(31, '0') + (type == RemoteObject::kArtifact ? '0' : '1');
+  return key.hex() + std::string(31, '0') + (type == RemoteObject::kArtifact ? '0' : type == RemoteObject::kManifest ? '1' : '2');
 }
 
 Result<std::string> seal_object(RemoteObject type, const Hash128& key, std::string_view payload, const std::string& secret) {
@@ -213,8 +223,10 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
   std::unique_ptr<RemoteTiers> self(new RemoteTiers(std::move(options)));
   const RemoteOptions& o = self->m_options;
   bool any_https = false;
-  for (auto& config : o.tiers)
+  for (auto& config : o.tiers) {
     for (auto& url : config.endpoints) any_https = any_https || url.scheme == "https";
+    any_https = any_https || (config.endpoints.front().scheme == "s3" && config.s3_endpoint.rfind("http://", 0) != 0);
+  }
   std::string key_pem;
   if (any_https) {
     if (!o.ca_file.empty()) KILN_RETURN_IF_ERROR(check_pem_file(o.ca_file, "remote.ca_file", "a PEM bundle of CA certificates"));
@@ -237,6 +249,9 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
     eo.cert_file = o.cert_file;
     eo.key_pem = key_pem;
     eo.has_client_certificate = !o.cert_file.empty();
+    eo.s3_endpoint = config.s3_endpoint;
+    eo.s3_region = config.s3_region;
+    eo.s3_style = config.s3_style;
     if (!config.token_file.empty()) {
       KILN_ASSIGN_OR_RETURN(std::string token, read_secret_file(config.token_file));
       eo.authorization = "Bearer " + token;
@@ -282,20 +297,25 @@ RemoteTiers::~RemoteTiers() {
   if (m_worker.joinable()) m_worker.join();
 }
 
+std::vector<RemoteTiers::Endpoint*> RemoteTiers::ranked(Tier& tier, const std::string& name) {
+  std::vector<Endpoint*> out;
+  if (tier.endpoints.size() == 1) return {tier.endpoints.front().get()};
+  // Rendezvous: endpoints by descending hash of (endpoint, name). Adding or losing one moves
+  // only the names it wins or held.
+  std::vector<std::pair<Hash128, Endpoint*>> scored;
+  for (auto& e : tier.endpoints) scored.push_back({xxh3_128(e->remote->label() + '\n' + name), e.get()});
+  std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return b.first < a.first; });
+  for (auto& [score, e] : scored) out.push_back(e);
+  return out;
+}
+
+bool RemoteTiers::is_down(const Endpoint& e) const { return e.down_until_ms.load() > now_ms(); }
+
 RemoteTiers::Endpoint& RemoteTiers::owner(Tier& tier, const std::string& name) {
-  if (tier.endpoints.size() == 1) return *tier.endpoints.front();
-  // Rendezvous: the endpoint with the highest hash of (endpoint, name). Adding or losing one
-  // moves only the names it wins or held.
-  Endpoint* best = nullptr;
-  Hash128 best_score{};
-  for (auto& e : tier.endpoints) {
-    Hash128 score = xxh3_128(e->remote->label() + '\n' + name);
-    if (!best || best_score < score) {
-      best = e.get();
-      best_score = score;
-    }
-  }
-  return *best;
+  auto order = ranked(tier, name);
+  for (Endpoint* e : order)
+    if (!is_down(*e)) return *e;
+  return *order.front();
 }
 
 template <typename F>
@@ -319,6 +339,28 @@ auto RemoteTiers::guarded(Tier& tier, Endpoint& endpoint, F&& call) -> decltype(
   return result;
 }
 
+Result<bool> RemoteTiers::with_failover(Tier& tier, const std::string& name, const std::function<Result<bool>(RemoteEndpoint&)>& call,
+                                        Endpoint** used) {
+  return with_failover(tier, ranked(tier, name), call, used);
+}
+
+std::vector<RemoteTiers::Endpoint*> RemoteTiers::chunk_order(Tier& tier, const Hash128& key, size_t index) {
+  auto order = ranked(tier, object_name(RemoteObject::kArtifact, key));
+  std::rotate(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(index % order.size()), order.end());
+  return order;
+}
+
+Result<bool> RemoteTiers::with_failover(Tier& tier, const std::vector<Endpoint*>& order,
+                                        const std::function<Result<bool>(RemoteEndpoint&)>& call, Endpoint** used) {
+  Result<bool> result = unavailable("no endpoint");
+  for (size_t r = 0; r < order.size() && r < 2; ++r) {
+    if (used) *used = order[r];
+    result = guarded(tier, *order[r], call);
+    if (result.ok()) return result;
+  }
+  return result;
+}
+
 bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::function<Status(std::string_view)>& accept) {
   std::string name = object_name(type, key);
   for (size_t i = 0; i < m_tiers.size(); ++i) {
@@ -329,17 +371,37 @@ bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::functi
       std::lock_guard lock(m_refused_mutex);
       if (m_refused.count({i, name})) continue;
     }
-    Endpoint& endpoint = owner(tier, name);
-    auto got = guarded(tier, endpoint, [&](RemoteEndpoint& e) { return e.get(name); });
-    if (!got.ok()) continue;
-    if (!got->has_value()) {
+    Endpoint* from = nullptr;
+    std::optional<std::string> got;
+    auto asked = with_failover(tier, name, [&](RemoteEndpoint& e) -> Result<bool> {
+      KILN_ASSIGN_OR_RETURN(got, e.get(name));
+      return true;
+    }, &from);
+    if (!asked.ok()) continue;
+    Endpoint& endpoint = *from;
+    if (!got) {
       tier.add(TierCounter::kMisses, 1);
       KILN_LOG_AT(kDebug, "remote", endpoint.remote->label() + ": no " + name);
       continue;
     }
-    tier.add(TierCounter::kBytesIn, static_cast<int64_t>((*got)->size()));
-    auto payload = open_object(type, key, **got, m_options.secret);
-    Status verdict = payload.ok() ? accept(*payload) : payload.status();
+    tier.add(TierCounter::kBytesIn, static_cast<int64_t>(got->size()));
+    auto payload = open_object(type, key, *got, m_options.secret);
+    std::string whole;  // a chunked artifact, put together
+    Status verdict;
+    if (payload.ok() && type == RemoteObject::kArtifact && is_chunk_list(*payload)) {
+      auto assembled = assemble(tier, key, *payload);
+      if (!assembled.ok() && assembled.status().code() != StatusCode::kDataLoss) {
+        // A chunk that cannot be had (its endpoint down, it missing or damaged twice): a miss,
+        // so the artifact is compiled again and its chunks written anew; never loaded in part.
+        tier.add(TierCounter::kMisses, 1);
+        KILN_LOG_AT(kWarn, "remote", endpoint.remote->label() + ": " + name + " is not whole: " + assembled.status().message());
+        continue;
+      }
+      if (assembled.ok()) whole = std::move(assembled).value();
+      verdict = assembled.ok() ? accept(whole) : assembled.status();
+    } else {
+      verdict = payload.ok() ? accept(*payload) : payload.status();
+    }
     if (!verdict.ok()) {
       tier.add(TierCounter::kRejected, 1);
       {
@@ -355,7 +417,7 @@ bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::functi
     tier.add(TierCounter::kHits, 1);
     KILN_LOG_AT(kDebug, "remote", endpoint.remote->label() + ": hit " + name);
     if (i > 0)  // copied into the faster tiers that can be written
-      enqueue(Job{{Publication{type, key, std::string(*payload)}}, {}, i});
+      enqueue(Job{{Publication{type, key, whole.empty() ? std::string(*payload) : std::move(whole)}}, {}, i});
     return true;
   }
   return false;
@@ -376,7 +438,9 @@ void RemoteTiers::enqueue(Job job) {
 
 void RemoteTiers::put_everywhere(const Publication& p, size_t below_tier) {
   std::string name = object_name(p.type, p.key);
-  auto sealed = seal_object(p.type, p.key, p.payload, m_options.secret);
+  bool chunked = p.type == RemoteObject::kArtifact && p.payload.size() > m_options.chunk_threshold;
+  Result<std::string> sealed = std::string();
+  if (!chunked) sealed = seal_object(p.type, p.key, p.payload, m_options.secret);
   if (!sealed.ok()) {
     if (m_options.report) m_options.report("sign", "cannot sign for the remote cache: " + sealed.status().message());
     return;
@@ -384,8 +448,21 @@ void RemoteTiers::put_everywhere(const Publication& p, size_t below_tier) {
   for (size_t i = 0; i < below_tier && i < m_tiers.size(); ++i) {
     Tier& tier = *m_tiers[i];
     if (tier.config.read_only) continue;
-    Endpoint& endpoint = owner(tier, name);
-    auto st = guarded(tier, endpoint, [&](RemoteEndpoint& e) -> Result<bool> {
+    if (chunked) {
+      // The chunks first, then the list that names them: a reader never finds a list whose
+      // chunks are not all up.
+      auto list = put_chunks(tier, p.key, p.payload);
+      if (!list.ok()) {
+        KILN_LOG_AT(kWarn, "remote", tier.config.label + ": " + name + " not published: " + list.status().message());
+        continue;
+      }
+      sealed = seal_object(p.type, p.key, *list, m_options.secret);
+      if (!sealed.ok()) {
+        if (m_options.report) m_options.report("sign", "cannot sign for the remote cache: " + sealed.status().message());
+        return;
+      }
+    }
+    auto st = with_failover(tier, name, [&](RemoteEndpoint& e) -> Result<bool> {
       KILN_RETURN_IF_ERROR(e.put(name, sealed.value()));
       return true;
     });
@@ -416,55 +493,6 @@ void RemoteTiers::worker() {
 void RemoteTiers::drain() {
   std::unique_lock lock(m_queue_mutex);
   m_queue_changed.wait(lock, [&] { return m_queue.empty() && !m_busy; });
-}
-
-bool RemoteTiers::has_leases() const {
-  for (auto& t : m_tiers)
-    if (!t->config.read_only && t->endpoints.front()->remote->has_leases()) return true;
-  return false;
-}
-
-RemoteTiers::LeaseResult RemoteTiers::take_lease(const Hash128& input_key) {
-  LeaseResult out;
-  for (auto& tier : m_tiers) {
-    if (tier->config.read_only || !tier->endpoints.front()->remote->has_leases()) continue;
-    // The lease lives beside the manifest it waits for, on the same endpoint.
-    Endpoint& endpoint = owner(*tier, object_name(RemoteObject::kManifest, input_key));
-    std::string name = "lease:" + input_key.hex(), holder = lease_holder();
-    auto taken = guarded(*tier, endpoint, [&](RemoteEndpoint& e) { return e.take_lease(name, holder, m_options.lease); });
-    if (!taken.ok()) return out;  // no answer: compile without waiting for anyone
-    if (!taken.value()) {
-      out.state = LeaseState::kHeldElsewhere;
-      return out;
-    }
-    out.state = LeaseState::kTaken;
-    out.lease.reset(new Lease);
-    Lease& lease = *out.lease;
-    lease.m_endpoint = endpoint.remote.get();
-    lease.m_name = name;
-    lease.m_holder = holder;
-    lease.m_ttl = m_options.lease;
-    lease.m_renewer = std::thread([&lease] {
-      std::unique_lock lock(lease.m_mutex);
-      while (!lease.m_wake.wait_for(lock, lease.m_ttl / 3, [&] { return lease.m_stop; })) {
-        auto renewed = lease.m_endpoint->renew_lease(lease.m_name, lease.m_holder, lease.m_ttl);
-        if (renewed.ok() && !renewed.value()) KILN_LOG_AT(kWarn, "remote", "lost the lease " + lease.m_name + " (it expired)");
-      }
-    });
-    KILN_LOG_AT(kDebug, "remote", "took the lease " + name + " on " + endpoint.remote->label());
-    return out;
-  }
-  return out;
-}
-
-RemoteTiers::Lease::~Lease() {
-  {
-    std::lock_guard lock(m_mutex);
-    m_stop = true;
-  }
-  m_wake.notify_all();
-  if (m_renewer.joinable()) m_renewer.join();
-  if (m_endpoint) (void)m_endpoint->release_lease(m_name, m_holder);
 }
 
 std::vector<RemoteTiers::EndpointReport> RemoteTiers::ping_all() {

@@ -23,8 +23,19 @@
 // bytes: a missing or wrong tag is refused and counted, so only holders of the secret can
 // publish what others load.
 //
+// Large artifacts (over RemoteOptions::chunk_threshold) travel as content-addressed chunks
+// (remote_chunks.cpp): the artifact's object then holds a chunk list (signed as any object;
+// with a secret it also carries an HMAC of the whole artifact), each chunk is an object named
+// by the XXH3-128 of its bytes, and the chunks are dealt out over the tier's endpoints in turn
+// (in the artifact's rendezvous order), so a hot 173 MB PCH is served evenly by every endpoint
+// of a tier, not by one. Chunks are
+// fetched in parallel, each checked on arrival; an artifact is handed over only whole and
+// checked; chunks that arrived before a failure are kept (spool_dir) and not fetched again.
+//
 // Tiers list endpoints that share the keys by rendezvous hashing (as ccache's shards do):
-// losing one endpoint loses only its share. An endpoint that fails (refused, timed out,
+// losing one endpoint loses only its share; while an endpoint is down (its breaker open), what
+// it owns is read from and written to the next endpoint in rendezvous order, so its share is
+// compiled again once, not once per node. An endpoint that fails (refused, timed out,
 // garbled, its certificate untrusted, its credentials refused) is skipped by a breaker for a
 // while, so a dead remote costs a process one short timeout, and a refusal one request. Publication happens on a background thread: a compile never waits for an upload.
 #pragma once
@@ -34,7 +45,9 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -47,7 +60,7 @@
 
 namespace kiln::cache {
 
-enum class RemoteObject : char { kArtifact = 'a', kManifest = 'm' };
+enum class RemoteObject : char { kArtifact = 'a', kManifest = 'm', kChunk = 'c' };
 
 struct TierConfig {
   std::vector<EndpointUrl> endpoints;
@@ -57,6 +70,9 @@ struct TierConfig {
   std::string token_file;        // http: "Authorization: Bearer <token>"
   std::string basic_auth_file;   // http: "user:password" for basic auth
   std::string password_file;     // redis: AUTH
+  std::string s3_endpoint;       // s3: the server's URL ("" = AWS)
+  std::string s3_region;         // s3: "" = $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1
+  std::string s3_style;          // s3: path, virtual, or "" (virtual on AWS, path elsewhere)
   std::string label;             // the endpoints as written, joined by ','
   // The tier as `parse_tiers` reads it back.
   std::string str() const;
@@ -64,7 +80,8 @@ struct TierConfig {
 
 // Tiers separated by whitespace; each is ENDPOINT[,ENDPOINT...] followed by attributes:
 // |read-only, |read-write, |prefix=P, |layout=flat|subdirs|bazel, |token-file=F,
-// |basic-auth-file=F, |password-file=F. The endpoints of one tier share a scheme.
+// |basic-auth-file=F, |password-file=F; for s3://BUCKET/PREFIX tiers |endpoint=URL,
+// |region=R and |style=path|virtual. The endpoints of one tier share a scheme.
 Result<std::vector<TierConfig>> parse_tiers(std::string_view text);
 
 struct RemoteOptions {
@@ -77,6 +94,22 @@ struct RemoteOptions {
   std::chrono::milliseconds io_timeout{2000};
   std::chrono::milliseconds lease{30000};
   std::chrono::milliseconds breaker{60000};
+  // Artifacts larger than this travel as chunks of chunk_bytes, up to chunk_parallel at once.
+  // 1 MiB chunks: a 173 MB PCH is 166 of them, 27 or 28 on each of 6 endpoints; fetched 8 at a
+  // time, a node keeps every shard busy (tools/bench/cluster_sim.py measures the spread).
+  size_t chunk_threshold = size_t{4} << 20;
+  size_t chunk_bytes = size_t{1} << 20;
+  int chunk_parallel = 8;
+  // Where chunks that arrived are kept when an artifact's fetch fails part way, so the next
+  // fetch resumes; "" keeps them in memory for this process only.
+  std::string spool_dir;
+  // The polls of one lease by all its waiters together, per second, when the store can wake
+  // them (Redis): each waiter spaces its polls by watchers / lease_polls_per_second (at least
+  // a second), so the cluster's load while it waits does not grow with its size.
+  double lease_polls_per_second = 10;
+  // False: waiters poll (20 ms growing to 0.5 s) even where the store could wake them; for
+  // measuring what watching saves (tools/bench/cluster_sim.py).
+  bool watch_leases = true;
   // Told when an endpoint fails and is skipped for a while (once per endpoint), and when an
   // object it sent is refused. `kind` ("failed <endpoint>", "refused <endpoint>") lets a
   // caller say each kind once. Null: say nothing.
@@ -92,6 +125,8 @@ std::string object_name(RemoteObject type, const Hash128& key);
 Result<std::string> seal_object(RemoteObject type, const Hash128& key, std::string_view payload, const std::string& secret);
 // The payload (a view into `envelope`), or kDataLoss saying what is wrong with the envelope.
 Result<std::string_view> open_object(RemoteObject type, const Hash128& key, std::string_view envelope, const std::string& secret);
+// Whether an artifact object's payload is a chunk list (remote_chunks.cpp) rather than the artifact.
+bool is_chunk_list(std::string_view payload);
 
 class RemoteTiers {
  public:
@@ -147,6 +182,20 @@ class RemoteTiers {
   LeaseResult take_lease(const Hash128& input_key);
   bool has_leases() const;
 
+  // Waits for another node's compile of `input_key`: watches its lease (woken when it is
+  // released; polling, spaced by the number of watchers, as a fallback), calls `look` after
+  // each release, and takes the lease when it is free. kFound: `look` found the object.
+  // kTaken: this node holds the lease now (look again, then compile). kNone: no tier answers.
+  // kTimedOut: `max_wait` passed.
+  enum class WaitState { kFound, kTaken, kNone, kTimedOut };
+  struct WaitResult {
+    WaitState state = WaitState::kNone;
+    std::unique_ptr<Lease> lease;  // when taken
+    int polls = 0;                 // requests this waiter made while it waited
+    bool woken = false;            // a release woke it (rather than a poll)
+  };
+  WaitResult wait_for_holder(const Hash128& input_key, std::chrono::milliseconds max_wait, const std::function<bool()>& look);
+
   // For `kiln doctor`: one round trip to every endpoint.
   struct EndpointReport {
     std::string tier, endpoint;
@@ -178,8 +227,29 @@ class RemoteTiers {
   };
 
   explicit RemoteTiers(RemoteOptions options) : m_options(std::move(options)) {}
-  // The endpoint of `tier` that owns `name` (rendezvous hashing).
+  // The endpoints of `tier` in rendezvous order for `name`: the first owns it.
+  std::vector<Endpoint*> ranked(Tier& tier, const std::string& name);
+  // The first endpoint in that order whose breaker is closed (the owner when all are open).
   Endpoint& owner(Tier& tier, const std::string& name);
+  bool is_down(const Endpoint& e) const;
+  // `call` on the owner of `name`, or on the next endpoint in rendezvous order when the owner
+  // is down or fails (two endpoints at most); `used` says which answered.
+  Result<bool> with_failover(Tier& tier, const std::string& name, const std::function<Result<bool>(RemoteEndpoint&)>& call,
+                             Endpoint** used = nullptr);
+  // The same over endpoints in the order given (a chunk's: its artifact's order, rotated).
+  Result<bool> with_failover(Tier& tier, const std::vector<Endpoint*>& order, const std::function<Result<bool>(RemoteEndpoint&)>& call,
+                             Endpoint** used = nullptr);
+  // Where chunk `index` of the artifact `key` lives: the artifact's rendezvous order of the
+  // tier's endpoints, rotated by the index, so an artifact's chunks are dealt out evenly (an
+  // endpoint holds n/S of them, to within one) rather than as hashing happens to fall.
+  std::vector<Endpoint*> chunk_order(Tier& tier, const Hash128& key, size_t index);
+  // The artifact a chunk list names, fetched from `tier` and checked; kDataLoss when a chunk or
+  // the whole is wrong, kUnavailable when a chunk could not be had (the chunks that did arrive
+  // are kept for the next try).
+  Result<std::string> assemble(Tier& tier, const Hash128& key, std::string_view list);
+  // Uploads `payload` as chunks to `tier`, then returns the chunk list to store in its place.
+  Result<std::string> put_chunks(Tier& tier, const Hash128& key, std::string_view payload);
+  LeaseResult take_lease_on(Tier& tier, const Hash128& input_key);
   // Runs `call` on the endpoint unless its breaker is open; failures open it.
   template <typename F>
   auto guarded(Tier& tier, Endpoint& endpoint, F&& call) -> decltype(call(*endpoint.remote));
@@ -196,6 +266,8 @@ class RemoteTiers {
   std::vector<std::unique_ptr<Tier>> m_tiers;
   std::mutex m_refused_mutex;
   std::set<std::pair<size_t, std::string>> m_refused;  // (tier, object name)
+  std::mutex m_spool_mutex;
+  std::map<Hash128, std::string> m_spool;  // chunks kept in memory when there is no spool_dir
   std::mutex m_queue_mutex;
   std::condition_variable m_queue_changed;
   std::deque<Job> m_queue;

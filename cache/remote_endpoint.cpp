@@ -21,9 +21,25 @@ Result<EndpointUrl> parse_endpoint_url(std::string_view text) {
                        "': rediss:// needs TLS in the Redis client, and Debian 12's hiredis (0.14) has none; reach the server "
                        "through a local TLS tunnel (stunnel, a service mesh sidecar) as redis://127.0.0.1:PORT "
                        "(docs/CACHE.md: \"The shared cluster cache\")");
-  if (url.scheme != "redis" && url.scheme != "http" && url.scheme != "https")
-    return bad("unknown scheme '" + url.scheme + "' (kiln speaks redis://, http:// and https://)");
+  if (url.scheme != "redis" && url.scheme != "http" && url.scheme != "https" && url.scheme != "s3")
+    return bad("unknown scheme '" + url.scheme + "' (kiln speaks redis://, http://, https:// and s3://)");
   std::string_view rest = text.substr(colon + 3);
+  if (url.scheme == "s3") {  // s3://bucket[/prefix]: where the server is comes from |endpoint= and |region=
+    size_t slash = rest.find('/');
+    std::string_view bucket = rest.substr(0, slash), prefix = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
+    if (bucket.empty()) return bad("no bucket (s3://BUCKET/PREFIX)");
+    if (bucket.find_first_of("@:") != std::string_view::npos)
+      return bad("s3://BUCKET/PREFIX names a bucket, not a server: give the server as |endpoint=URL, credentials in the "
+                 "environment or ~/.aws/credentials");
+    for (char c : bucket)
+      if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.'))
+        return bad("'" + std::string(bucket) + "' is not a bucket name (lower-case letters, digits, '-' and '.')");
+    if (prefix.find_first_of("?#") != std::string_view::npos) return bad("a query or fragment has no meaning here");
+    url.host = std::string(bucket);
+    url.path = "/" + std::string(prefix);
+    if (url.path.back() != '/') url.path += '/';
+    return url;
+  }
   size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   std::string_view path = slash == std::string_view::npos ? std::string_view("/") : rest.substr(slash);
@@ -74,9 +90,13 @@ Result<bool> RemoteEndpoint::renew_lease(const std::string&, const std::string&,
   return unavailable(label() + " has no leases");
 }
 Status RemoteEndpoint::release_lease(const std::string&, const std::string&) { return unavailable(label() + " has no leases"); }
+Result<std::unique_ptr<RemoteEndpoint::LeaseWatch>> RemoteEndpoint::watch_lease(const std::string&) {
+  return unavailable(label() + " cannot wake waiters (they poll)");
+}
+Result<int64_t> RemoteEndpoint::lease_watchers(const std::string&) { return unavailable(label() + " cannot count waiters"); }
 
 Result<std::unique_ptr<RemoteEndpoint>> make_endpoint(const EndpointUrl& url, const EndpointOptions& options) {
-  if (url.scheme == "http" || url.scheme == "https") return make_http_endpoint(url, options);
+  if (url.scheme == "http" || url.scheme == "https" || url.scheme == "s3") return make_http_endpoint(url, options);
   return make_redis_endpoint(url, options);
 }
 

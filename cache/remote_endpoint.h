@@ -15,10 +15,10 @@
 namespace kiln::cache {
 
 struct EndpointUrl {
-  std::string scheme;  // "redis", "http" or "https"
-  std::string host;
+  std::string scheme;  // "redis", "http", "https" or "s3"
+  std::string host;    // s3: the bucket
   int port = 0;
-  std::string path;  // http: the folder objects go under, with a trailing '/'; redis: unused
+  std::string path;  // http, s3: the folder (prefix) objects go under, with a trailing '/'; redis: unused
   int db = 0;        // redis: the database number
   std::string text;  // as written, for messages and statistics
 };
@@ -26,6 +26,7 @@ struct EndpointUrl {
 // "redis://host[:port][/db]", "http[s]://host[:port][/path]". Credentials in the URL are
 // refused (a URL shows up in process lists and logs): they come from files (remote.h).
 // "rediss://" is refused with the reason: Debian 12's hiredis (0.14) has no TLS.
+// "s3://bucket[/prefix]": the server and region come from the tier's attributes (S3Options).
 Result<EndpointUrl> parse_endpoint_url(std::string_view text);
 
 struct EndpointOptions {
@@ -43,6 +44,12 @@ struct EndpointOptions {
   std::string cert_file;
   std::string key_pem;
   bool has_client_certificate = false;
+  // s3: the server ("" = AWS's regional endpoint https://s3.REGION.amazonaws.com), the region
+  // requests are signed for, and how the bucket is named: "path" (server/bucket/key) or
+  // "virtual" (bucket.server/key); "" = virtual for AWS, path for another server.
+  std::string s3_endpoint;
+  std::string s3_region;
+  std::string s3_style;
 };
 
 class RemoteEndpoint {
@@ -64,7 +71,24 @@ class RemoteEndpoint {
   virtual Result<bool> take_lease(const std::string& name, const std::string& holder, std::chrono::milliseconds ttl);
   // True when still ours and extended; false when it expired and someone else may hold it.
   virtual Result<bool> renew_lease(const std::string& name, const std::string& holder, std::chrono::milliseconds ttl);
+  // Released by its holder: waiters that watch the lease are woken (remote.h, wait_for_holder).
   virtual Status release_lease(const std::string& name, const std::string& holder);
+
+  // A wake-up channel for the waiters of one lease, so that a thousand nodes waiting on one
+  // compile cost the server nothing while they wait (Redis: SUBSCRIBE on a connection of its
+  // own; the holder's release publishes). kUnavailable where the store has none (HTTP): the
+  // waiters then poll.
+  class LeaseWatch {
+   public:
+    virtual ~LeaseWatch() = default;
+    // True when the lease was released (or the channel said something) within `timeout`;
+    // false when nothing came; an error when the channel broke (then poll).
+    virtual Result<bool> wait(std::chrono::milliseconds timeout) = 0;
+  };
+  virtual Result<std::unique_ptr<LeaseWatch>> watch_lease(const std::string& name);
+  // How many watch the lease now (Redis: PUBSUB NUMSUB), so each waiter's fallback poll can be
+  // spaced to keep the whole cluster's polls of one lease at a fixed rate.
+  virtual Result<int64_t> lease_watchers(const std::string& name);
 
  protected:
   explicit RemoteEndpoint(EndpointUrl url) : m_url(std::move(url)) {}

@@ -17,9 +17,12 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "cache/remote_endpoint.h"
+#include "cache/remote_s3_credentials.h"
 #include "support/log.h"
 
 #if KILN_WITH_CURL
@@ -46,11 +49,25 @@ constexpr long k_max_redirects = 5;
 //   caller, so HTTP/2's multiplexing would save nothing.
 constexpr long k_receive_buffer_bytes = 512 << 10;
 constexpr long k_http_version = CURL_HTTP_VERSION_1_1;
+// S3 answers 503 SlowDown (and 500, 429) when a prefix is asked too much at once; the SDKs
+// retry with jittered exponential backoff. So does kiln: 5 tries, 50 ms doubling to at most
+// 800 ms between them (~1.5 s at most in all), then the endpoint counts as failed (breaker).
+constexpr int k_s3_tries = 5;
+constexpr auto k_s3_first_backoff = std::chrono::milliseconds(50);
+constexpr auto k_s3_longest_backoff = std::chrono::milliseconds(800);
 
 struct Response {
   long status = 0;
   std::string body;
 };
+
+// The <Code> of an S3 error answer ("SignatureDoesNotMatch"), or "".
+std::string s3_error_code(const std::string& body) {
+  size_t a = body.find("<Code>");
+  if (a == std::string::npos) return "";
+  size_t b = body.find("</Code>", a);
+  return b == std::string::npos ? "" : body.substr(a + 6, b - a - 6);
+}
 
 // What the callbacks of one request see.
 struct Transfer {
@@ -120,10 +137,28 @@ struct ShareLocks {
 
 class HttpEndpoint final : public RemoteEndpoint {
  public:
-  HttpEndpoint(EndpointUrl url, EndpointOptions options)
+  HttpEndpoint(EndpointUrl url, EndpointOptions options, EndpointUrl server = {})
       : RemoteEndpoint(std::move(url)), m_options(std::move(options)) {
-    std::string host = m_url.host.find(':') != std::string::npos ? "[" + m_url.host + "]" : m_url.host;
-    m_base = m_url.scheme + "://" + host + ":" + std::to_string(m_url.port);
+    m_s3 = m_url.scheme == "s3";
+    const EndpointUrl& where = m_s3 ? server : m_url;
+    m_scheme = where.scheme;
+    std::string host = where.host.find(':') != std::string::npos ? "[" + where.host + "]" : where.host;
+    if (m_s3) {
+      m_region = m_options.s3_region.empty() ? s3_default_region() : m_options.s3_region;
+      bool is_virtual = m_options.s3_style == "virtual" || (m_options.s3_style.empty() && m_options.s3_endpoint.empty());
+      // Path style: server/bucket/prefix/name. Virtual hosts: bucket.server/prefix/name.
+      if (is_virtual) host = m_url.host + "." + host;
+      m_folder = is_virtual ? m_url.path : "/" + m_url.host + m_url.path;
+      m_sigv4 = "aws:amz:" + m_region + ":s3";
+      m_credentials = std::make_unique<S3CredentialSource>(
+          m_region, [this](const std::string& full, const std::string& form) -> Result<std::pair<long, std::string>> {
+        KILN_ASSIGN_OR_RETURN(Response r, request("POST", full, form, Sign::kNo));
+        return std::pair<long, std::string>(r.status, std::move(r.body));
+      });
+    } else {
+      m_folder = m_url.path;
+    }
+    m_base = where.scheme + "://" + host + ":" + std::to_string(where.port);
   }
   ~HttpEndpoint() override {
     if (!m_api) return;
@@ -132,23 +167,27 @@ class HttpEndpoint final : public RemoteEndpoint {
   }
 
   Result<std::optional<std::string>> get(const std::string& name) override {
-    KILN_ASSIGN_OR_RETURN(Response r, request("GET", object_path(name), {}));
+    KILN_ASSIGN_OR_RETURN(Response r, send("GET", name, {}));
     if (r.status == 200) return std::optional<std::string>(std::move(r.body));
-    if (r.status == 404) return std::optional<std::string>();
-    return refused("GET", name, r.status);
+    // A bucket that is not there is a mistake to hear about, not a miss.
+    if (r.status == 404 && !(m_s3 && s3_error_code(r.body) == "NoSuchBucket")) return std::optional<std::string>();
+    return refused("GET", name, r);
   }
 
   Status put(const std::string& name, std::string_view bytes) override {
-    KILN_ASSIGN_OR_RETURN(Response r, request("PUT", object_path(name), bytes));
+    KILN_ASSIGN_OR_RETURN(Response r, send("PUT", name, bytes));
     if (r.status >= 200 && r.status < 300) return {};
-    return refused("PUT", name, r.status);
+    // S3, written with If-None-Match: *: the object is there already (412), or another node's
+    // write of it is under way (409): the first writer wins, and it wrote the same bytes.
+    if (m_s3 && (r.status == 412 || r.status == 409)) return {};
+    return refused("PUT", name, r);
   }
 
   Status ping() override {
     // HEAD of an object no one stores: a store that answers says 404 (or 200).
-    KILN_ASSIGN_OR_RETURN(Response r, request("HEAD", object_path(std::string(64, '0')), {}));
+    KILN_ASSIGN_OR_RETURN(Response r, send("HEAD", std::string(64, '0'), {}));
     if (r.status == 200 || r.status == 404) return {};
-    return refused("HEAD", std::string(64, '0'), r.status);
+    return refused("HEAD", std::string(64, '0'), r);
   }
 
  private:
@@ -163,12 +202,32 @@ class HttpEndpoint final : public RemoteEndpoint {
   };
 
   std::string object_path(const std::string& name) const {
-    if (m_options.layout == "subdirs" && name.size() > 2) return m_url.path + name.substr(0, 2) + "/" + name.substr(2);
-    if (m_options.layout == "bazel") return m_url.path + "ac/" + name;
-    return m_url.path + name;
+    if (m_options.layout == "subdirs" && name.size() > 2) return m_folder + name.substr(0, 2) + "/" + name.substr(2);
+    if (m_options.layout == "bazel") return m_folder + "ac/" + name;
+    return m_folder + name;
   }
 
-  Status refused(const char* method, const std::string& name, long status) const {
+  // One request for an object; on S3, a 503 SlowDown (or a 500 or 429) is tried again after a
+  // jittered, doubling pause.
+  Result<Response> send(const char* method, const std::string& name, std::string_view body) {
+    if (!m_s3) return request(method, object_path(name), body, Sign::kNo);
+    thread_local std::mt19937_64 random{std::random_device{}()};
+    auto pause = std::chrono::milliseconds(k_s3_first_backoff);
+    for (int attempt = 1;; ++attempt) {
+      KILN_ASSIGN_OR_RETURN(Response r, request(method, object_path(name), body, Sign::kYes));
+      bool busy = r.status == 503 || r.status == 500 || r.status == 429;
+      if (!busy || attempt == k_s3_tries) return r;
+      KILN_LOG_AT(kDebug, "remote", label() + ": " + method + " " + name + " answered " + std::to_string(r.status) + " " +
+                                        s3_error_code(r.body) + "; trying again in " + std::to_string(pause.count()) + " ms");
+      std::this_thread::sleep_for(std::chrono::milliseconds(
+          static_cast<int64_t>(static_cast<double>(pause.count()) * (0.5 + static_cast<double>(random() % 1000) / 1000.0))));
+      pause = std::min(pause * 2, std::chrono::milliseconds(k_s3_longest_backoff));
+    }
+  }
+
+  Status refused(const char* method, const std::string& name, const Response& r) const {
+    if (m_s3) return refused_s3(method, name, r);
+    long status = r.status;
     std::string hint;
     if (status == 401 || status == 403)
       hint = " (the server refused the credentials: check the tier's token-file or basic-auth-file" +
@@ -186,11 +245,38 @@ class HttpEndpoint final : public RemoteEndpoint {
                        hint);
   }
 
+  Status refused_s3(const char* method, const std::string& name, const Response& r) const {
+    std::string code = s3_error_code(r.body), hint, source;
+    {
+      std::lock_guard lock(m_mutex);
+      source = m_signed_with;
+    }
+    std::string who = source.empty() ? "" : " (credentials from " + source + ")";
+    if (code == "SignatureDoesNotMatch")
+      hint = ": the secret key does not match the access key" + who + ", or a proxy altered the request";
+    else if (code == "InvalidAccessKeyId")
+      hint = ": the server knows no such access key" + who;
+    else if (code == "RequestTimeTooSkewed")
+      hint = ": this node's clock is more than 15 minutes off the server's; set it right (chrony, systemd-timesyncd)";
+    else if (code == "ExpiredToken" || code == "InvalidToken")
+      hint = ": the session token has expired or is not valid" + who;
+    else if (code == "AccessDenied" || r.status == 403)
+      hint = ": the credentials" + who + " may not " + method + " in s3://" + m_url.host + m_url.path;
+    else if (code == "NoSuchBucket")
+      hint = ": the bucket " + m_url.host + " does not exist at " + m_base + " (create it, or fix the tier's bucket or endpoint=)";
+    else if (code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" || r.status == 301)
+      hint = ": the bucket lives in another region than " + m_region + " (set |region= on the tier)";
+    else if (r.status == 503 || r.status == 500 || r.status == 429)
+      hint = ": still so after " + std::to_string(k_s3_tries) + " tries with backoff (the server is overloaded or rate limits this prefix)";
+    return unavailable(label() + ": " + method + " " + object_path(name) + " answered HTTP " + std::to_string(r.status) +
+                       (code.empty() ? "" : " " + code) + hint);
+  }
+
   // The proxy libcurl takes from the environment for this scheme, as "NAME=value", or "" (it
   // skips it for the hosts NO_PROXY lists; this does not look).
   std::string proxy_variable() const {
     std::vector<const char*> names{"http_proxy"};  // libcurl reads no HTTP_PROXY: a CGI's request could set it
-    if (m_url.scheme == "https") names = {"https_proxy", "HTTPS_PROXY"};
+    if (m_scheme == "https") names = {"https_proxy", "HTTPS_PROXY"};
     names.insert(names.end(), {"all_proxy", "ALL_PROXY"});
     for (const char* name : names)
       if (const char* v = std::getenv(name); v && *v) return std::string(name) + "=" + v;
@@ -226,7 +312,7 @@ class HttpEndpoint final : public RemoteEndpoint {
         return what +
                " (the TLS handshake failed: is this an https:// server, and does it take this node's certificate?)";
       case CURLE_UNSUPPORTED_PROTOCOL:
-        return what + (m_url.scheme == "https" ? " (the server redirected to http://: an https:// tier never follows a redirect "
+        return what + (m_scheme == "https" ? " (the server redirected to http://: an https:// tier never follows a redirect "
                                                  "out of TLS; fix the server, or name the place it redirects to)"
                                                : " (the server redirected to a scheme kiln does not speak)");
       case CURLE_COULDNT_CONNECT:
@@ -257,7 +343,7 @@ class HttpEndpoint final : public RemoteEndpoint {
     set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(m_options.connect_timeout.count()));
     // No request may outlast ten silences: a server trickling bytes still ends.
     set(CURLOPT_TIMEOUT_MS, static_cast<long>((m_options.connect_timeout + 10 * m_options.io_timeout).count()));
-    const char* protocols = m_url.scheme == "https" ? "https" : "http,https";  // never from https down to http
+    const char* protocols = m_scheme == "https" ? "https" : "http,https";  // never from https down to http
     set(CURLOPT_PROTOCOLS_STR, protocols);
     set(CURLOPT_REDIR_PROTOCOLS_STR, protocols);
     set(CURLOPT_FOLLOWLOCATION, 1L);
@@ -285,7 +371,18 @@ class HttpEndpoint final : public RemoteEndpoint {
     set(CURLOPT_SEEKFUNCTION, &on_seek);
     set(CURLOPT_SEEKDATA, &c->transfer);
     // An upload goes at once: waiting for "100 Continue" costs a round trip per upload, and a
-    // second where a server ignores Expect.
+    // second where a server ignores Expect. (S3's headers are made per request: libcurl 7.88
+    // signs a header given empty to remove it, and the server, not sent it, refuses the
+    // signature; so there libcurl sends its Expect and does not wait for the answer.)
+    if (m_s3) {
+      set(CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
+      if (rc != CURLE_OK) {
+        std::string why = m_api->curl_easy_strerror(rc);
+        close(*c);
+        return unavailable(label() + ": " + m_api_version + " refused an option: " + why);
+      }
+      return c;
+    }
     c->headers = m_api->curl_slist_append(c->headers, "Expect:");
     c->headers = m_api->curl_slist_append(c->headers, "Content-Type: application/octet-stream");
     if (!m_options.authorization.empty())
@@ -311,7 +408,7 @@ class HttpEndpoint final : public RemoteEndpoint {
     std::lock_guard lock(m_mutex);
     if (m_api) return {};
     KILN_ASSIGN_OR_RETURN(const CurlApi* api, curl_api());
-    if (m_url.scheme == "https" && !(api->curl_version_info(CURLVERSION_NOW)->features & CURL_VERSION_SSL))
+    if (m_scheme == "https" && !(api->curl_version_info(CURLVERSION_NOW)->features & CURL_VERSION_SSL))
       return unavailable(label() + ": " + api->version + " has no TLS: install Debian's libcurl4 (OpenSSL)");
     m_share = api->curl_share_init();
     if (m_share) {
@@ -326,10 +423,45 @@ class HttpEndpoint final : public RemoteEndpoint {
     return {};
   }
 
-  Result<Response> request(const char* method, const std::string& path, std::string_view body) {
+  enum class Sign { kNo, kYes };
+
+  // The headers of one S3 request, signed by libcurl with the credentials it sets here.
+  Status sign_s3(Connection& c, const char* method) {
+    KILN_ASSIGN_OR_RETURN(S3Credentials creds, m_credentials->get());
+    {
+      std::lock_guard lock(m_mutex);
+      m_signed_with = creds.source;
+    }
+    CURL* e = c.easy;
+    m_api->curl_easy_setopt(e, CURLOPT_AWS_SIGV4, m_sigv4.c_str());
+    m_api->curl_easy_setopt(e, CURLOPT_USERNAME, creds.access_key.c_str());
+    m_api->curl_easy_setopt(e, CURLOPT_PASSWORD, creds.secret_key.c_str());
+    if (c.headers) m_api->curl_slist_free_all(c.headers);
+    c.headers = nullptr;
+    // Kiln checks what it loads itself (hashes, signatures), so the body is not hashed twice.
+    c.headers = m_api->curl_slist_append(c.headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (!creds.session_token.empty())
+      c.headers = m_api->curl_slist_append(c.headers, ("x-amz-security-token: " + creds.session_token).c_str());
+    if (std::strcmp(method, "PUT") == 0) {
+      c.headers = m_api->curl_slist_append(c.headers, "Content-Type: application/octet-stream");
+      // First writer wins: an object is written once, never replaced under a reader.
+      c.headers = m_api->curl_slist_append(c.headers, "If-None-Match: *");
+    }
+    m_api->curl_easy_setopt(e, CURLOPT_HTTPHEADER, c.headers);
+    return {};
+  }
+
+  // `path` under this endpoint's server, or a whole URL (STS's); unsigned unless `sign`.
+  Result<Response> request(const char* method, const std::string& path, std::string_view body, Sign sign) {
     if (Status st = prepare(); !st.ok()) return unavailable(label() + ": " + st.message());
     std::unique_ptr<Connection> c;
-    {
+    bool whole_url = path.rfind("http", 0) == 0;
+    // A request elsewhere (STS) gets a connection of its own, never kept: no signing options
+    // stay on it, and no pooled connection points at another server.
+    if (whole_url) {
+      KILN_ASSIGN_OR_RETURN(c, open_connection());
+    }
+    if (!c) {
       std::lock_guard lock(m_mutex);
       if (!m_idle.empty()) {
         c = std::move(m_idle.back());
@@ -340,7 +472,14 @@ class HttpEndpoint final : public RemoteEndpoint {
       KILN_ASSIGN_OR_RETURN(c, open_connection());
     }
     CURL* e = c->easy;
-    std::string url = m_base + path;
+    std::string url = whole_url ? path : m_base + path;
+    if (sign == Sign::kYes) {
+      if (Status st = sign_s3(*c, method); !st.ok()) {
+        std::lock_guard lock(m_mutex);
+        m_idle.push_back(std::move(c));
+        return unavailable(label() + ": " + st.message());
+      }
+    }
     m_api->curl_easy_setopt(e, CURLOPT_URL, url.c_str());
     // Whatever the last request was, this one starts as a GET.
     m_api->curl_easy_setopt(e, CURLOPT_UPLOAD, 0L);
@@ -350,6 +489,10 @@ class HttpEndpoint final : public RemoteEndpoint {
     if (std::strcmp(method, "PUT") == 0) {
       m_api->curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
       m_api->curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body.size()));
+    }
+    if (std::strcmp(method, "POST") == 0) {  // a form (STS), on a connection of its own
+      m_api->curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+      m_api->curl_easy_setopt(e, CURLOPT_POSTFIELDS, body.data());
     }
     Transfer& t = c->transfer;
     t = Transfer{};
@@ -402,11 +545,13 @@ class HttpEndpoint final : public RemoteEndpoint {
       r.body = std::move(t.body);
     }
     t = Transfer{};  // the body went to the caller; nothing of the request stays
-    {
+    if (whole_url) {
+      close(*c);
+    } else {
       std::lock_guard lock(m_mutex);
       m_idle.push_back(std::move(c));
     }
-    if (!failure.empty()) return unavailable(label() + ": " + method + " " + path + ": " + failure);
+    if (!failure.empty()) return unavailable(label() + ": " + method + " " + (whole_url ? path.substr(0, path.find('?')) : path) + ": " + failure);
     KILN_LOG_AT(kDebug, "remote",
                 label() + ": " + method + " " + path + " answered " + std::to_string(r.status) + " in " +
                     std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - start).count()) + " ms");
@@ -414,8 +559,14 @@ class HttpEndpoint final : public RemoteEndpoint {
   }
 
   EndpointOptions m_options;
+  bool m_s3 = false;
+  std::string m_scheme;  // of the server: http or https
+  std::string m_folder;  // the path objects go under: /prefix/ (/bucket/prefix/ on S3 with path style)
+  std::string m_region, m_sigv4;
+  std::unique_ptr<S3CredentialSource> m_credentials;
+  std::string m_signed_with;  // where the last credentials came from, for messages
   std::string m_base;  // scheme://host:port
-  std::mutex m_mutex;
+  mutable std::mutex m_mutex;
   const CurlApi* m_api = nullptr;  // set once by prepare()
   std::string m_api_version;
   ShareLocks m_share_locks;
@@ -429,6 +580,12 @@ Result<std::unique_ptr<RemoteEndpoint>> make_http_endpoint(const EndpointUrl& ur
   if (options.layout != "flat" && options.layout != "subdirs" && options.layout != "bazel")
     return invalid_argument("remote '" + url.text + "': unknown layout '" + options.layout +
                             "' (flat, subdirs or bazel)");
+  if (url.scheme == "s3") {
+    std::string region = options.s3_region.empty() ? s3_default_region() : options.s3_region;
+    std::string server_text = options.s3_endpoint.empty() ? "https://s3." + region + ".amazonaws.com" : options.s3_endpoint;
+    KILN_ASSIGN_OR_RETURN(EndpointUrl server, parse_endpoint_url(server_text));
+    return std::unique_ptr<RemoteEndpoint>(new HttpEndpoint(url, options, server));
+  }
   return std::unique_ptr<RemoteEndpoint>(new HttpEndpoint(url, options));
 }
 

@@ -1,7 +1,8 @@
 // A Redis server through hiredis: GET and SET of one value per name under a prefix, and
 // leases as keys set only if absent (SET NX PX), renewed and released by their holder alone
 // (a compare-and-set in a Lua script, so a lease that expired and was taken over is never
-// extended or deleted by its old holder).
+// extended or deleted by its old holder). The release also PUBLISHes on a channel named as the
+// lease's key, which its waiters SUBSCRIBE to: they wait on a socket, not in a polling loop.
 //
 // hiredis connects, authenticates and sends every command but GET, whose reply kiln reads
 // itself (read_value below): the value goes from the socket into a string of its length, once.
@@ -9,6 +10,7 @@
 
 #if KILN_WITH_HIREDIS
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -23,8 +25,10 @@ namespace {
 
 constexpr const char* k_renew_script =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
+// Deleted, then said on the lease's channel (one script: atomic, and one round trip).
 constexpr const char* k_release_script =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+    "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]); redis.call('publish', KEYS[1], 'released'); "
+    "return 1 else return 0 end";
 
 timeval to_timeval(std::chrono::milliseconds ms) {
   return timeval{static_cast<time_t>(ms.count() / 1000), static_cast<suseconds_t>((ms.count() % 1000) * 1000)};
@@ -66,6 +70,42 @@ std::string get_command(std::string_view key) {
   out += "\r\n";
   return out;
 }
+
+// A connection in subscribe mode: it only ever receives. What arrives is read with hiredis's
+// reader, after poll() says there is something, so a quiet channel never times the socket out.
+class RedisLeaseWatch final : public RemoteEndpoint::LeaseWatch {
+ public:
+  RedisLeaseWatch(redisContext* c, std::string label) : m_c(c), m_label(std::move(label)) {}
+  ~RedisLeaseWatch() override { redisFree(m_c); }
+
+  Result<bool> wait(std::chrono::milliseconds timeout) override {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      void* reply = nullptr;
+      if (redisReaderGetReply(m_c->reader, &reply) != REDIS_OK) return unavailable(m_label + ": the lease channel broke");
+      if (reply) {
+        auto* r = static_cast<redisReply*>(reply);
+        bool message = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING &&
+                       std::string_view(r->element[0]->str, r->element[0]->len) == "message";
+        freeReplyObject(reply);
+        if (message) return true;
+        continue;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{m_c->fd, POLLIN, 0};
+      int n = ::poll(&p, 1, static_cast<int>(left.count()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return unavailable(m_label + ": the lease channel broke: " + std::strerror(errno));
+      if (n == 0) return false;
+      if (redisBufferRead(m_c) != REDIS_OK) return unavailable(m_label + ": the lease channel closed: " + m_c->errstr);
+    }
+  }
+
+ private:
+  redisContext* m_c;
+  std::string m_label;
+};
 
 class RedisEndpoint final : public RemoteEndpoint {
  public:
@@ -128,6 +168,27 @@ class RedisEndpoint final : public RemoteEndpoint {
     KILN_RETURN_IF_ERROR(command({"EVAL", k_release_script, "1", key, holder}, reply));
     if (reply.r->type != REDIS_REPLY_INTEGER) return unexpected("EVAL", reply.r);
     return {};
+  }
+
+  Result<std::unique_ptr<LeaseWatch>> watch_lease(const std::string& name) override {
+    KILN_ASSIGN_OR_RETURN(redisContext * c, connect());
+    Reply reply;
+    std::string key = m_options.prefix + name;
+    Status st = send(c, {"SUBSCRIBE", key}, reply);
+    if (st.ok() && reply.r->type != REDIS_REPLY_ARRAY) st = unexpected("SUBSCRIBE", reply.r);
+    if (!st.ok()) {
+      redisFree(c);
+      return st;
+    }
+    return std::unique_ptr<LeaseWatch>(new RedisLeaseWatch(c, label()));
+  }
+
+  Result<int64_t> lease_watchers(const std::string& name) override {
+    Reply reply;
+    KILN_RETURN_IF_ERROR(command({"PUBSUB", "NUMSUB", m_options.prefix + name}, reply));
+    if (reply.r->type != REDIS_REPLY_ARRAY || reply.r->elements != 2 || reply.r->element[1]->type != REDIS_REPLY_INTEGER)
+      return unexpected("PUBSUB NUMSUB", reply.r);
+    return static_cast<int64_t>(reply.r->element[1]->integer);
   }
 
  private:

@@ -23,7 +23,8 @@ constexpr SettingInfo k_settings[] = {
     {"max_size", "KILN_CACHE_MAX_SIZE", "", "5G", "the local cache's size cap; least recently used artifacts go first"},
     {"lock_timeout", "KILN_LOCK_TIMEOUT", "", "300", "seconds to wait for another process on this node compiling the same key"},
     {"remote.tiers", "KILN_REMOTE_CACHE", "--remote", "",
-     "remote tiers, tried in order after the local cache: URL[,URL...][|read-only][|prefix=P][|layout=L]... separated by spaces"},
+     "remote tiers, tried in order after the local cache: URL[,URL...][|read-only][|prefix=P][|layout=L]... separated by spaces "
+     "(s3://BUCKET/PREFIX[|endpoint=URL][|region=R][|style=path|virtual] for S3)"},
     {"remote.secret_file", "KILN_REMOTE_SECRET_FILE", "", "",
      "the cluster secret (a file only its owner reads): artifacts are signed and checked with HMAC-SHA256"},
     {"remote.ca_file", "KILN_REMOTE_CA_FILE", "", "",
@@ -96,7 +97,8 @@ Result<std::string> tier_from_table(const std::string& path, const toml::table& 
     } else if (key == "read_only") {
       if (!v.is_boolean()) return file_error(path, v, "read_only must be true or false");
       if (*v.value<bool>()) out += "|read-only";
-    } else if (key == "prefix" || key == "layout" || key == "token_file" || key == "basic_auth_file" || key == "password_file") {
+    } else if (key == "prefix" || key == "layout" || key == "token_file" || key == "basic_auth_file" || key == "password_file" ||
+               key == "endpoint" || key == "region" || key == "style") {
       if (!v.is_string()) return file_error(path, v, key + " must be a string");
       std::string s = *v.value<std::string>();
       KILN_RETURN_IF_ERROR(check_tier_word(path, v, s));
@@ -106,7 +108,8 @@ Result<std::string> tier_from_table(const std::string& path, const toml::table& 
       out += "|" + attr + "=" + s;
     } else {
       return file_error(path, v,
-                        "unknown key '" + key + "' in a tier (known: url, read_only, prefix, layout, token_file, basic_auth_file, password_file)");
+                        "unknown key '" + key + "' in a tier (known: url, read_only, prefix, layout, token_file, basic_auth_file, password_file, "
+                        "endpoint, region, style)");
     }
   }
   if (out.empty() || out[0] == '|') return invalid_argument(where(path, t) + ": a tier needs a url");

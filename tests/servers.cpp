@@ -260,6 +260,10 @@ NginxServer::NginxServer(const std::string& dir, NginxOptions options) : m_dir(d
   std::ofstream(m_dir + "/nginx.conf") << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << m_dir
                                         << "/nginx.pid;\nerror_log " << m_dir << "/error.log warn;\n"
                                         << "events { worker_connections 256; }\nhttp {\n"
+                                        << (options.limit_per_second
+                                                ? "  limit_req_zone $binary_remote_addr zone=kiln:1m rate=" + std::to_string(options.limit_per_second) +
+                                                      "r/s;\n"
+                                                : std::string())
                                         << "  log_format kiln '$request_method $uri $status $connection $server_protocol';\n"
                                         << "  access_log " << m_dir << "/access.log kiln;\n"
                                         << "  client_body_temp_path " << m_dir << "/body;\n  proxy_temp_path " << m_dir
@@ -272,7 +276,16 @@ NginxServer::NginxServer(const std::string& dir, NginxOptions options) : m_dir(d
                                                                    ";\n      proxy_read_timeout 600s;\n"
                                                              : "      dav_methods PUT DELETE;\n      create_full_put_path on;\n"
                                                                "      dav_access user:rw;\n")
-                                        << auth << "    }\n  }\n}\n";
+                                        << (options.pass_host ? "      proxy_set_header Host $http_host;\n" : "")
+                                        << (options.limit_per_second
+                                                ? "      limit_req zone=kiln;\n      limit_req_status 503;\n      error_page 503 = @slowdown;\n"
+                                                : "")
+                                        << auth << "    }\n"
+                                        << (options.limit_per_second
+                                                ? "    location @slowdown {\n      default_type application/xml;\n      return 503 "
+                                                  "'<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>';\n    }\n"
+                                                : "")
+                                        << "  }\n}\n";
   m_process = std::make_unique<ChildProcess>(
       std::vector<std::string>{binary(), "-p", m_dir, "-c", m_dir + "/nginx.conf", "-e", m_dir + "/error.log"},
       std::map<std::string, std::string>{}, m_dir + "/nginx.out", m_dir + "/nginx.err");
@@ -289,6 +302,39 @@ std::vector<std::string> NginxServer::requests() const {
   for (size_t start = 0, end; (end = all.find('\n', start)) != std::string::npos; start = end + 1) out.push_back(all.substr(start, end - start));
   return out;
 }
+
+// ---- moto's S3 server
+
+std::string S3Server::binary() {
+  const char* venv = std::getenv("KILN_VENV");
+  const char* home = std::getenv("HOME");
+  std::string in_venv = venv && *venv ? std::string(venv) + "/bin/moto_server"
+                                      : std::string(home ? home : "/root") + "/.local/share/kiln-dev/venv/bin/moto_server";
+  return find_program("moto_server", {in_venv});
+}
+
+S3Server::S3Server(const std::string& dir, const std::string& bucket, Mode mode) : m_dir(dir), m_port(free_port()) {
+  // The setup's actions (3 IAM calls and the bucket, or 2 IAM calls, the bucket and STS's
+  // AssumeRoleWithWebIdentity) pass unauthenticated; every request after them is checked.
+  std::string free_actions = mode == Mode::kUser ? "3" : "4";
+  m_process = std::make_unique<ChildProcess>(std::vector<std::string>{binary(), "-H", "127.0.0.1", "-p", std::to_string(m_port)},
+                                             std::map<std::string, std::string>{{"INITIAL_NO_AUTH_ACTION_COUNT", free_actions}},
+                                             m_dir + "/moto.out", m_dir + "/moto.err");
+  if (!wait_for_port(m_port, 30000))
+    throw std::runtime_error("moto_server did not start on port " + std::to_string(m_port) + ": " + read_text(m_dir + "/moto.err"));
+  std::string python = binary().substr(0, binary().rfind('/')) + "/python";
+  auto r = run_process({python, KILN_TEST_SOURCE_DIR "/tests/cache/s3_setup.py", endpoint(), bucket, mode == Mode::kUser ? "user" : "role"});
+  if (r.exit_code != 0) throw std::runtime_error("s3_setup.py failed: " + r.err + read_text(m_dir + "/moto.err"));
+  std::string out = r.out.substr(0, r.out.find('\n'));
+  if (mode == Mode::kUser) {
+    m_access_key = out.substr(0, out.find(' '));
+    m_secret_key = out.substr(out.find(' ') + 1);
+  } else {
+    m_role_arn = out;
+  }
+}
+
+S3Server::~S3Server() { m_process.reset(); }
 
 // ---- tinyproxy
 

@@ -126,6 +126,10 @@ struct NginxOptions {
   std::string client_ca;                   // non-empty: clients must show a certificate this CA signed
   int proxy_to = 0;  // non-zero: pass every request to http://127.0.0.1:proxy_to instead of serving files
   std::string redirect_to;  // non-empty: answer every request 308 to redirect_to + the request's URI
+  bool pass_host = false;   // with proxy_to: pass the client's Host header (what a SigV4 signature covers)
+  // Non-zero: a real rate limiter (limit_req) that answers what S3 answers past it (503 SlowDown)
+  // to requests beyond this many a second.
+  int limit_per_second = 0;
 };
 
 class NginxServer {
@@ -146,6 +150,33 @@ class NginxServer {
   std::string m_dir;
   int m_port;
   bool m_tls = false;
+  std::unique_ptr<ChildProcess> m_process;
+};
+
+// moto's S3 server (PyPI's moto[server], which scripts/setup installs into kiln's venv), with
+// its IAM authentication on: every request's SigV4 signature is checked against the keys it
+// issued (SignatureDoesNotMatch, InvalidAccessKeyId), as S3 and Ceph's radosgw do. Prepared by
+// tests/cache/s3_setup.py in the actions it lets through unauthenticated.
+class S3Server {
+ public:
+  static std::string binary();  // moto_server, or "" (then the test skips: scripts/setup installs it)
+  enum class Mode {
+    kUser,  // an IAM user's access key (access_key(), secret_key())
+    kRole,  // a role to assume with a web-identity token (role_arn()): the next unauthenticated
+            // action is left for STS's AssumeRoleWithWebIdentity
+  };
+  S3Server(const std::string& dir, const std::string& bucket, Mode mode = Mode::kUser);
+  ~S3Server();
+  int port() const { return m_port; }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(m_port); }
+  const std::string& access_key() const { return m_access_key; }
+  const std::string& secret_key() const { return m_secret_key; }
+  const std::string& role_arn() const { return m_role_arn; }
+
+ private:
+  std::string m_dir;
+  int m_port;
+  std::string m_access_key, m_secret_key, m_role_arn;
   std::unique_ptr<ChildProcess> m_process;
 };
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cache/hmac.h"
+#include "tests/cache/remote_test_util.h"
 #include "tests/servers.h"
 #include "tests/test_util.h"
 
@@ -30,15 +31,7 @@ std::string hex(const HmacTag& t) { return to_hex(t.data(), t.size()); }
 
 Hash128 key_of(const std::string& s) { return xxh3_128(s); }
 
-std::string bytes(size_t n, uint32_t seed) {
-  std::string out(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : out) {
-    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-    c = static_cast<char>(x);
-  }
-  return out;
-}
+std::string bytes(size_t n, uint32_t seed) { return noise(n, seed); }
 
 // The Redis server as the tiers reach it: keys under `prefix` (theirs by default).
 std::unique_ptr<RemoteEndpoint> raw_redis(const std::string& url, const std::string& prefix = "kiln:") {

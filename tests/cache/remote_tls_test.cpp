@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cache/remote.h"
+#include "tests/cache/remote_test_util.h"
 #include "tests/servers.h"
 #include "tests/test_util.h"
 
@@ -31,15 +32,7 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-std::string bytes(size_t n, uint32_t seed) {
-  std::string out(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : out) {
-    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-    c = static_cast<char>(x);
-  }
-  return out;
-}
+std::string bytes(size_t n, uint32_t seed) { return noise(n, seed); }
 
 std::vector<std::string> fields(const std::string& line) {
   std::vector<std::string> out;

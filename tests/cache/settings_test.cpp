@@ -116,13 +116,15 @@ TEST_F(SettingsTest, FlagBeatsEnvironmentBeatsUserFileBeatsSystemFile) {
 TEST_F(SettingsTest, TiersWrittenAsTablesBecomeTheSameStringsTheEnvironmentTakes) {
   m_dir.write("user.toml", R"([remote]
 tiers = ["redis://a:6379,redis://b:6379",
-         { url = ["http://h1/kiln", "http://h2/kiln"], layout = "bazel", read_only = true, token_file = "/etc/t" }]
+         { url = ["http://h1/kiln", "http://h2/kiln"], layout = "bazel", read_only = true, token_file = "/etc/t" },
+         { url = "s3://kiln/cache", endpoint = "http://minio:9000", region = "eu-west-1", style = "path" }]
 secret_file = "/etc/kiln/secret"
 )");
   auto s = Settings::load();
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(s->get(SettingKey::kRemoteTiers),
-            "redis://a:6379,redis://b:6379 http://h1/kiln,http://h2/kiln|layout=bazel|read-only|token-file=/etc/t");
+            "redis://a:6379,redis://b:6379 http://h1/kiln,http://h2/kiln|layout=bazel|read-only|token-file=/etc/t "
+            "s3://kiln/cache|endpoint=http://minio:9000|region=eu-west-1|style=path");
   EXPECT_EQ(s->get(SettingKey::kSecretFile), "/etc/kiln/secret");
 }
 
