@@ -131,6 +131,20 @@ def test_a_damaged_entry_is_a_miss_never_a_wrong_graph(cluster, tmp_path):
     assert "damaged" in report["stderr"] or "does not match" in report["stderr"], report["stderr"][-3000:]
 
 
+def test_a_bundle_carries_the_entries_to_a_machine_with_no_tier(cluster, tmp_path):
+    bundle = tmp_path / "job.kiln"
+    env = node_env(str(tmp_path), "packer", KILN_CACHE_DIR=os.path.join(cluster["tmp"], "node1-kiln"))
+    packed = subprocess.run([sys.executable, "-m", "kiln", "cache", "pack", str(bundle)], env=env, capture_output=True, text=True)
+    assert packed.returncode == 0, packed.stderr
+    env = node_env(str(tmp_path), "node6")
+    unpacked = subprocess.run([sys.executable, "-m", "kiln", "cache", "unpack", str(bundle)], env=env, capture_output=True, text=True)
+    assert unpacked.returncode == 0, unpacked.stderr
+    out, report = run_node(str(tmp_path), "node6", "dynamic")
+    assert_same({k: v for k, v in cluster["out"].items() if k.startswith("dynamic")}, out)
+    assert report["inductor"].get("fxgraph_cache_miss", 0) == 0 and kind(report, "fx-graph")["hits"] >= 1, report
+    assert report["kiln"]["hits"] == report["kiln"]["kiln"], report["kiln"]
+
+
 def test_entries_signed_by_another_cluster_are_refused(cluster, tmp_path):
     stranger = tmp_path / "secret"
     stranger.write_text("another cluster's secret\n")

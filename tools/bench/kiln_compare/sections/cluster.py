@@ -1,14 +1,18 @@
 """16 simulated nodes (processes with their own caches) warming every bundled op
-at once: with no shared tier, a Redis tier and an HTTP tier, next to one node
+at once: with no shared tier, a Redis tier and an HTTP tier, next to one node;
+then 16 to 1,000 simulated nodes (threads with their own stores) cold-starting a
+job's artifacts against 1, 3 and 6 Redis shards and nginx: compiles per key,
+bytes per server, time to ready, lease load (tools/bench/cluster_sim.py)
 """
 import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 
-from ..harness import add, bundled_specs, KILN, log, stats_ms
+from ..harness import add, BENCH, bundled_specs, KILN, log, stats_ms
 from ..servers import redis_flush, start_nginx, start_redis
 
 
@@ -76,3 +80,8 @@ def section(a, work):
         redis.kill()
         if nginx:
             nginx.kill()
+    # The same at scale, with a job's artifacts (a PCH-sized one, Triton-group-sized ones).
+    if BENCH not in sys.path:
+        sys.path.insert(0, BENCH)
+    import cluster_sim
+    cluster_sim.section(add, work, a.quick)
