@@ -5,7 +5,7 @@ names (comma-separated) and prints RESULT {json} with what it took and what each
 Environment: MODELS (llama, gpt2, bert: Hugging Face models from small configs with random
 weights, a training step with backward; transformer: tests/python/inductor_models' 2-block
 transformer, inference; small: a function of two ops; dynamic: a function called at two
-sequence lengths), KILN (1: kiln.torch.compile_cache.install(); 0: torch as shipped), plus the
+sequence lengths; cuda-autotune: a matmul compiled with mode="max-autotune" on a GPU), KILN (1: kiln.torch.compile_cache.install(); 0: torch as shipped), plus the
 usual KILN_CACHE_DIR, KILN_REMOTE_CACHE, TORCHINDUCTOR_CACHE_DIR, TORCH_COMPILE_JOB_ID.
 LOWERING_HOOK=1 prints "LOWERING" (flushed) when Inductor starts lowering a graph, for tests
 that kill a process mid-compile. HF_HIDDEN sets the Hugging Face models' hidden size (32).
@@ -75,6 +75,12 @@ def run(models):
                 out["transformer"] = torch.compile(model)(torch.randn(4, 16, model[0].norm1.normalized_shape[0]))
         elif name == "small":
             out["small"] = torch.compile(lambda x: (x * 2).sin().sum(-1))(torch.arange(24.0).reshape(4, 6))
+        elif name == "cuda-autotune":
+            # On a GPU: Triton kernels and max-autotune's benchmarks (tools/gpu-compile-cache-check).
+            g = torch.Generator(device="cuda").manual_seed(0)
+            a, b = (torch.randn(512, 512, device="cuda", generator=g) for _ in range(2))
+            fn = torch.compile(lambda a, b: torch.nn.functional.gelu(a @ b) * 2, mode="max-autotune")
+            out["cuda-autotune"] = fn(a, b).cpu()
         elif name == "dynamic":
             # Without a profile Dynamo compiles n=8 as static, then n=13 as dynamic (2 graphs);
             # with the job's profile from another node it compiles the dynamic one first (1).
@@ -120,6 +126,16 @@ def main():
 
     compile_fx.fx_codegen_and_compile = lowering
     cpp_builder.run_compile_cmd = building
+    triton_counts = None
+    if torch.cuda.is_available():  # Triton's kernels compiled or found (its compilation listener)
+        import triton
+
+        triton_counts = {"compiles": 0, "hits": 0}
+
+        def listener(*, src, metadata, metadata_group, times, cache_hit):
+            triton_counts["hits" if cache_hit else "compiles"] += 1
+
+        triton.knobs.compilation.listener = listener
     imported = time.perf_counter() - start
     first = time.perf_counter()
     out = run(os.environ.get("MODELS", "small").split(","))
@@ -128,13 +144,14 @@ def main():
 
     report = {"first_call_s": first, "import_s": imported,
               "inductor": dict(counters["inductor"]), "aot_autograd": dict(counters["aot_autograd"]),
-              "graphs": counters["stats"]["unique_graphs"], **spent}
+              "graphs": counters["stats"]["unique_graphs"], "triton": triton_counts, **spent}
     if os.environ.get("KILN", "1") == "1":
         import kiln.torch.compile_cache
         import kiln.torch.inductor
 
         report["caches"] = kiln.torch.compile_cache.stats()
         report["kiln"] = kiln.torch.inductor.stats()
+
     torch.save(out, sys.argv[1])
     print("RESULT " + json.dumps(report), flush=True)
 

@@ -379,7 +379,12 @@ def install(caches=True):
     if caches:
         from . import compile_cache
 
-        compile_cache.install(inductor=False, triton=False)
+        try:
+            compile_cache.install(inductor=False, triton=False)
+        except KilnError as e:  # a torch without the seam: its kernels still go through kiln
+            if not getattr(install, "_warned", False):
+                install._warned = True
+                _log.warning("kiln.inductor: %s", e)
 
 
 @functools.lru_cache(maxsize=None)
