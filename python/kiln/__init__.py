@@ -305,6 +305,11 @@ class _OpByDevice:
         self._default().build()
         return self
 
+    def launch_shape(self, entry="", block=None, device="", **sizes):
+        """Op.launch_shape on `device` ("cpu", "cuda"; by default where the op last ran, else the
+        best accelerator here)."""
+        return (self._op(device) if device else self._default()).launch_shape(entry, block, **sizes)
+
     def __call__(self, *args, **kwargs):
         return self._op(self._device_of(args))(*args, **kwargs)
 

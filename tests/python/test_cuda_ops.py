@@ -198,4 +198,5 @@ def test_the_cuda_launch_is_sized_to_the_device():
 def test_the_cpu_launch_is_the_checks():
     add = op_on("vector_add", "cpu")
     assert add.launch_shape(n=1000003) == (kiln.cdiv(1000003, 256), 256, 0)
+    assert kiln.op("vector_add").launch_shape(device="cpu", n=1000003) == (kiln.cdiv(1000003, 256), 256, 0)
     assert op_on("softmax_online", "cpu").launch_shape(rows=7, cols=100) == (7, 1, 1 // 32 * 8)
