@@ -20,54 +20,42 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.f + tanhf(inner));
 }
 
-template <class T>
-struct Gelu;
-
-template <>
-struct Gelu<float> {
-  static constexpr int k_width = 4;
-  const float* x;
-  float* y;
-  struct Loaded {
-    float4 v;
-  };
-  __device__ Loaded load(long long i) const { return {__ldg(reinterpret_cast<const float4*>(x + i))}; }
-  __device__ void store(long long i, const Loaded& in) const {
-    float4 r;
-    r.x = gelu_tanh(in.v.x);
-    r.y = gelu_tanh(in.v.y);
-    r.z = gelu_tanh(in.v.z);
-    r.w = gelu_tanh(in.v.w);
-    *reinterpret_cast<float4*>(y + i) = r;
-  }
-  __device__ void one(long long i) const { y[i] = gelu_tanh(__ldg(x + i)); }
-};
-
-// bf16: computed in float (as torch does), rounded to nearest even once.
-__device__ __forceinline__ unsigned int gelu_pair(unsigned int pair) {
+// One 32-bit lane of a 128-bit vector: a float, or a bfloat16 pair (element 0 in the low half),
+// computed in float (as torch does) and rounded to nearest even once.
+__device__ __forceinline__ float gelu_lane(float x) { return gelu_tanh(x); }
+__device__ __forceinline__ unsigned int gelu_lane(unsigned int pair) {
   const unsigned int lo = __bfloat16_as_ushort(__float2bfloat16(gelu_tanh(kiln_ops::bf16_low(pair))));
   const unsigned int hi = __bfloat16_as_ushort(__float2bfloat16(gelu_tanh(kiln_ops::bf16_high(pair))));
   return lo | (hi << 16);
 }
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void store_float(float* y, float v) { *y = v; }
+__device__ __forceinline__ void store_float(__nv_bfloat16* y, float v) { *y = __float2bfloat16(v); }
 
-template <>
-struct Gelu<__nv_bfloat16> {
-  static constexpr int k_width = 8;
-  const __nv_bfloat16* x;
-  __nv_bfloat16* y;
+// 16 bytes a vector: four floats (float4) or eight bfloat16s (uint4).
+template <class T> struct Vector16 { using type = uint4; };
+template <> struct Vector16<float> { using type = float4; };
+
+template <class T>
+struct Gelu {
+  static constexpr int k_width = 16 / sizeof(T);
+  using Vec = typename Vector16<T>::type;
+  const T* x;
+  T* y;
   struct Loaded {
-    uint4 v;
+    Vec v;
   };
-  __device__ Loaded load(long long i) const { return {__ldg(reinterpret_cast<const uint4*>(x + i))}; }
+  __device__ Loaded load(long long i) const { return {__ldg(reinterpret_cast<const Vec*>(x + i))}; }
   __device__ void store(long long i, const Loaded& in) const {
-    uint4 r;
-    r.x = gelu_pair(in.v.x);
-    r.y = gelu_pair(in.v.y);
-    r.z = gelu_pair(in.v.z);
-    r.w = gelu_pair(in.v.w);
-    *reinterpret_cast<uint4*>(y + i) = r;
+    Vec r;
+    r.x = gelu_lane(in.v.x);
+    r.y = gelu_lane(in.v.y);
+    r.z = gelu_lane(in.v.z);
+    r.w = gelu_lane(in.v.w);
+    *reinterpret_cast<Vec*>(y + i) = r;
   }
-  __device__ void one(long long i) const { y[i] = __float2bfloat16(gelu_tanh(__bfloat162float(x[i]))); }
+  __device__ void one(long long i) const { store_float(y + i, gelu_tanh(to_float(__ldg(x + i)))); }
 };
 
 }  // namespace

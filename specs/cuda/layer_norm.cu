@@ -69,74 +69,61 @@ __device__ void rows_by_vectors(const float* x, const float* gamma, const float*
                                 const Reduce& sum_of) {
   const kiln_ops::Team& team = sum_of.team;
   const long long stride = team.threads;
-  for (long long first = static_cast<long long>(blockIdx.x) * team.per_block; first < rows;
-       first += static_cast<long long>(gridDim.x) * team.per_block) {
-    const long long row = first + team.index;
-    const bool active = row < rows;
-    const float* in = x + (active ? row : 0) * cols;
-    float* out = y + (active ? row : 0) * cols;
-    const kiln_ops::RowSplit r = kiln_ops::row_split(active ? cols : 0, kiln_ops::vector_phase<4>(in));
-    const float4* in4 = reinterpret_cast<const float4*>(in + r.head);
-    float4* out4 = reinterpret_cast<float4*>(out + r.head);
-    const bool has_edge = team.rank < r.edges;
-    const long long edge = r.edge_column(team.rank);
-
+  kiln_ops::for_each_team_row(rows, team, [&](long long row) {
+    const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     float4 held[k_held];
-    const float e = has_edge ? __ldg(in + edge) : 0.f;
+    const float e = t.has_edge ? __ldg(t.in + t.edge) : 0.f;
     float sum = e;
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
-      if (j < r.vectors) {
-        held[k] = __ldg(in4 + j);
+      if (j < t.split.vectors) {
+        held[k] = __ldg(t.in4 + j);
         sum += kiln_ops::sum4(held[k]);
       }
     }
-    for (long long j = team.rank + k_held * stride; j < r.vectors; j += stride) sum += kiln_ops::sum4(__ldg(in4 + j));
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) sum += kiln_ops::sum4(__ldg(t.in4 + j));
     const float mean = sum_of(sum) / static_cast<float>(cols);
 
-    float squares = has_edge ? (e - mean) * (e - mean) : 0.f;
+    float squares = t.has_edge ? (e - mean) * (e - mean) : 0.f;
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
-      if (j < r.vectors) squares += squares4(held[k], mean);
+      if (j < t.split.vectors) squares += squares4(held[k], mean);
     }
-    for (long long j = team.rank + k_held * stride; j < r.vectors; j += stride) squares += squares4(__ldg(in4 + j), mean);
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) squares += squares4(__ldg(t.in4 + j), mean);
     const float rstd = rsqrtf(sum_of(squares) / static_cast<float>(cols) + eps);
 
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
-      if (j < r.vectors) {
-        const long long c = r.head + 4 * j;
-        out4[j] = normalised4(held[k], mean, rstd, Params::load(gamma, c), Params::load(beta, c));
+      if (j < t.split.vectors) {
+        const long long c = t.split.head + 4 * j;
+        t.out4[j] = normalised4(held[k], mean, rstd, Params::load(gamma, c), Params::load(beta, c));
       }
     }
-    for (long long j = team.rank + k_held * stride; j < r.vectors; j += stride) {
-      const long long c = r.head + 4 * j;
-      out4[j] = normalised4(__ldg(in4 + j), mean, rstd, Params::load(gamma, c), Params::load(beta, c));
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) {
+      const long long c = t.split.head + 4 * j;
+      t.out4[j] = normalised4(__ldg(t.in4 + j), mean, rstd, Params::load(gamma, c), Params::load(beta, c));
     }
-    if (has_edge) out[edge] = (e - mean) * rstd * __ldg(gamma + edge) + __ldg(beta + edge);
-  }
+    if (t.has_edge) t.out[t.edge] = (e - mean) * rstd * __ldg(gamma + t.edge) + __ldg(beta + t.edge);
+  });
 }
 
 // Tensors that do not line up: an element at a time, read again for each pass.
 __device__ void rows_by_elements(const float* x, const float* gamma, const float* beta, float* y, long long rows, long long cols, float eps,
                                  const Reduce& sum_of) {
   const kiln_ops::Team& team = sum_of.team;
-  for (long long first = static_cast<long long>(blockIdx.x) * team.per_block; first < rows;
-       first += static_cast<long long>(gridDim.x) * team.per_block) {
-    const long long row = first + team.index, n = row < rows ? cols : 0;
-    const float* in = x + (row < rows ? row : 0) * cols;
-    float* out = y + (row < rows ? row : 0) * cols;
+  kiln_ops::for_each_team_row(rows, team, [&](long long row) {
+    const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     float sum = 0.f;
-    for (long long c = team.rank; c < n; c += team.threads) sum += __ldg(in + c);
+    for (long long c = team.rank; c < t.n; c += team.threads) sum += __ldg(t.in + c);
     const float mean = sum_of(sum) / static_cast<float>(cols);
     float squares = 0.f;
-    for (long long c = team.rank; c < n; c += team.threads) squares += (__ldg(in + c) - mean) * (__ldg(in + c) - mean);
+    for (long long c = team.rank; c < t.n; c += team.threads) squares += (__ldg(t.in + c) - mean) * (__ldg(t.in + c) - mean);
     const float rstd = rsqrtf(sum_of(squares) / static_cast<float>(cols) + eps);
-    for (long long c = team.rank; c < n; c += team.threads) out[c] = (__ldg(in + c) - mean) * rstd * __ldg(gamma + c) + __ldg(beta + c);
-  }
+    for (long long c = team.rank; c < t.n; c += team.threads) t.out[c] = (__ldg(t.in + c) - mean) * rstd * __ldg(gamma + c) + __ldg(beta + c);
+  });
 }
 
 }  // namespace

@@ -50,71 +50,58 @@ struct Reduce {
 __device__ void rows_by_vectors(const float* x, float* y, long long rows, long long cols, const Reduce& reduce) {
   const kiln_ops::Team& team = reduce.team;
   const long long stride = team.threads;
-  for (long long first = static_cast<long long>(blockIdx.x) * team.per_block; first < rows;
-       first += static_cast<long long>(gridDim.x) * team.per_block) {
-    const long long row = first + team.index;
-    const bool active = row < rows;
-    const float* in = x + (active ? row : 0) * cols;
-    float* out = y + (active ? row : 0) * cols;
-    const kiln_ops::RowSplit r = kiln_ops::row_split(active ? cols : 0, kiln_ops::vector_phase<4>(in));
-    const float4* in4 = reinterpret_cast<const float4*>(in + r.head);
-    float4* out4 = reinterpret_cast<float4*>(out + r.head);
-    const bool has_edge = team.rank < r.edges;
-    const long long edge = r.edge_column(team.rank);
-
+  kiln_ops::for_each_team_row(rows, team, [&](long long row) {
+    const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     float4 held[k_held];
-    float e = has_edge ? __ldg(in + edge) : k_lowest;
+    float e = t.has_edge ? __ldg(t.in + t.edge) : k_lowest;
     float m = e;
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
-      if (j < r.vectors) {
-        held[k] = __ldg(in4 + j);
+      if (j < t.split.vectors) {
+        held[k] = __ldg(t.in4 + j);
         m = fmaxf(m, kiln_ops::max4(held[k]));
       }
     }
-    for (long long j = team.rank + k_held * stride; j < r.vectors; j += stride) m = fmaxf(m, kiln_ops::max4(__ldg(in4 + j)));
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) m = fmaxf(m, kiln_ops::max4(__ldg(t.in4 + j)));
     m = reduce.max(m);
 
-    e = has_edge ? expf(e - m) : 0.f;
+    e = t.has_edge ? expf(e - m) : 0.f;
     float sum = e;
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
-      if (j < r.vectors) {
+      if (j < t.split.vectors) {
         held[k] = exp4(held[k], m);
         sum += kiln_ops::sum4(held[k]);
       }
     }
-    for (long long j = team.rank + k_held * stride; j < r.vectors; j += stride) sum += kiln_ops::sum4(exp4(__ldg(in4 + j), m));
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) sum += kiln_ops::sum4(exp4(__ldg(t.in4 + j), m));
     const float inv = 1.f / reduce.sum(sum);
 
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
-      if (j < r.vectors) out4[j] = scaled(held[k], inv);
+      if (j < t.split.vectors) t.out4[j] = scaled(held[k], inv);
     }
-    for (long long j = team.rank + k_held * stride; j < r.vectors; j += stride) out4[j] = scaled(exp4(__ldg(in4 + j), m), inv);
-    if (has_edge) out[edge] = e * inv;
-  }
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) t.out4[j] = scaled(exp4(__ldg(t.in4 + j), m), inv);
+    if (t.has_edge) t.out[t.edge] = e * inv;
+  });
 }
 
 // Tensors that do not line up: an element at a time, read again for each pass.
 __device__ void rows_by_elements(const float* x, float* y, long long rows, long long cols, const Reduce& reduce) {
   const kiln_ops::Team& team = reduce.team;
-  for (long long first = static_cast<long long>(blockIdx.x) * team.per_block; first < rows;
-       first += static_cast<long long>(gridDim.x) * team.per_block) {
-    const long long row = first + team.index, n = row < rows ? cols : 0;
-    const float* in = x + (row < rows ? row : 0) * cols;
-    float* out = y + (row < rows ? row : 0) * cols;
+  kiln_ops::for_each_team_row(rows, team, [&](long long row) {
+    const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     float m = k_lowest;
-    for (long long c = team.rank; c < n; c += team.threads) m = fmaxf(m, __ldg(in + c));
+    for (long long c = team.rank; c < t.n; c += team.threads) m = fmaxf(m, __ldg(t.in + c));
     m = reduce.max(m);
     float sum = 0.f;
-    for (long long c = team.rank; c < n; c += team.threads) sum += expf(__ldg(in + c) - m);
+    for (long long c = team.rank; c < t.n; c += team.threads) sum += expf(__ldg(t.in + c) - m);
     const float inv = 1.f / reduce.sum(sum);
-    for (long long c = team.rank; c < n; c += team.threads) out[c] = expf(__ldg(in + c) - m) * inv;
-  }
+    for (long long c = team.rank; c < t.n; c += team.threads) t.out[c] = expf(__ldg(t.in + c) - m) * inv;
+  });
 }
 
 }  // namespace
@@ -124,7 +111,8 @@ extern "C" __global__ void __launch_bounds__(k_max_block) row_softmax(const floa
   __shared__ float scratch[32];
   const Reduce reduce{kiln_ops::row_team(cols, k_per_thread), scratch};
   // The same for every row and every thread of the grid: (x + r cols) and (y + r cols) are at
-  // one offset from a vector boundary for every r when x and y are.
+  // one offset from a vector boundary for every r when x and y are. (Written out here, not as a
+  // helper: Clang's register use for sm_80 rose past the launch bounds with one.)
   const int phase = kiln_ops::vector_phase<4>(x);
   if (phase >= 0 && kiln_ops::vector_phase<4>(y) == phase) rows_by_vectors(x, y, rows, cols, reduce);
   else rows_by_elements(x, y, rows, cols, reduce);

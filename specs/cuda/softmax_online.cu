@@ -62,39 +62,29 @@ __device__ void rows_by_vectors(const float* x, float* y, long long rows, long l
   const kiln_ops::Team& team = reduce.team;
   const long long stride = team.threads;
   const Merge merge;
-  for (long long first = static_cast<long long>(blockIdx.x) * team.per_block; first < rows;
-       first += static_cast<long long>(gridDim.x) * team.per_block) {
-    const long long row = first + team.index;
-    const bool active = row < rows;
-    const float* in = x + (active ? row : 0) * cols;
-    float* out = y + (active ? row : 0) * cols;
-    const kiln_ops::RowSplit r = kiln_ops::row_split(active ? cols : 0, kiln_ops::vector_phase<4>(in));
-    const float4* in4 = reinterpret_cast<const float4*>(in + r.head);
-    float4* y4 = reinterpret_cast<float4*>(out + r.head);
-    const bool has_edge = team.rank < r.edges;
-    const long long edge = r.edge_column(team.rank);
-
+  kiln_ops::for_each_team_row(rows, team, [&](long long row) {
+    const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     // The held vectors and the edge element: their maximum first, then their sum against it.
     float4 held[k_held];
-    const float e = has_edge ? __ldg(in + edge) : k_lowest;
+    const float e = t.has_edge ? __ldg(t.in + t.edge) : k_lowest;
     MaxSum own{e, 0.f};
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
-      if (j < r.vectors) {
-        held[k] = __ldg(in4 + j);
+      if (j < t.split.vectors) {
+        held[k] = __ldg(t.in4 + j);
         own.max = fmaxf(own.max, kiln_ops::max4(held[k]));
       }
     }
-    own.sum = has_edge ? __expf(e - own.max) : 0.f;
+    own.sum = t.has_edge ? __expf(e - own.max) : 0.f;
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
-      if (j < r.vectors) own.sum += exp_sum4(held[k], own.max);
+      if (j < t.split.vectors) own.sum += exp_sum4(held[k], own.max);
     }
     // The rest a pair per vector.
-    for (long long j = team.rank + k_held * stride; j < r.vectors; j += stride) {
-      const float4 v = __ldg(in4 + j);
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) {
+      const float4 v = __ldg(t.in4 + j);
       const float m = kiln_ops::max4(v);
       own = merge(own, MaxSum{m, exp_sum4(v, m)});
     }
@@ -104,28 +94,25 @@ __device__ void rows_by_vectors(const float* x, float* y, long long rows, long l
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
-      if (j < r.vectors) y4[j] = out4(held[k], row_pair.max, inv);
+      if (j < t.split.vectors) t.out4[j] = out4(held[k], row_pair.max, inv);
     }
-    for (long long j = team.rank + k_held * stride; j < r.vectors; j += stride) y4[j] = out4(__ldg(in4 + j), row_pair.max, inv);
-    if (has_edge) out[edge] = __expf(e - row_pair.max) * inv;
-  }
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) t.out4[j] = out4(__ldg(t.in4 + j), row_pair.max, inv);
+    if (t.has_edge) t.out[t.edge] = __expf(e - row_pair.max) * inv;
+  });
 }
 
 // Tensors that do not line up: an element at a time, read again for the output.
 __device__ void rows_by_elements(const float* x, float* y, long long rows, long long cols, const Reduce& reduce) {
   const kiln_ops::Team& team = reduce.team;
   const Merge merge;
-  for (long long first = static_cast<long long>(blockIdx.x) * team.per_block; first < rows;
-       first += static_cast<long long>(gridDim.x) * team.per_block) {
-    const long long row = first + team.index, n = row < rows ? cols : 0;
-    const float* in = x + (row < rows ? row : 0) * cols;
-    float* out = y + (row < rows ? row : 0) * cols;
+  kiln_ops::for_each_team_row(rows, team, [&](long long row) {
+    const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     MaxSum own{k_lowest, 0.f};
-    for (long long c = team.rank; c < n; c += team.threads) own = merge(own, MaxSum{__ldg(in + c), 1.f});
+    for (long long c = team.rank; c < t.n; c += team.threads) own = merge(own, MaxSum{__ldg(t.in + c), 1.f});
     const MaxSum row_pair = reduce(own);
     const float inv = 1.f / row_pair.sum;
-    for (long long c = team.rank; c < n; c += team.threads) out[c] = __expf(__ldg(in + c) - row_pair.max) * inv;
-  }
+    for (long long c = team.rank; c < t.n; c += team.threads) t.out[c] = __expf(__ldg(t.in + c) - row_pair.max) * inv;
+  });
 }
 
 }  // namespace
@@ -135,7 +122,8 @@ extern "C" __global__ void __launch_bounds__(k_max_block) softmax_online(const f
   __shared__ MaxSum scratch[32];
   const Reduce reduce{kiln_ops::row_team(cols, k_per_thread), scratch};
   // The same for every row and every thread of the grid: (x + r cols) and (y + r cols) are at
-  // one offset from a vector boundary for every r when x and y are.
+  // one offset from a vector boundary for every r when x and y are. (Written out here, not as a
+  // helper: Clang's register use for sm_80 rose past the launch bounds with one.)
   const int phase = kiln_ops::vector_phase<4>(x);
   if (phase >= 0 && kiln_ops::vector_phase<4>(y) == phase) rows_by_vectors(x, y, rows, cols, reduce);
   else rows_by_elements(x, y, rows, cols, reduce);

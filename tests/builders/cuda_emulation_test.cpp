@@ -29,7 +29,7 @@
 
 #include "builders/launch_shape.h"
 #include "builders/ops.h"
-#include "support/half.h"
+#include "tests/builders/bundled_ops.h"
 #include "tests/test_util.h"
 
 // The kernels, each in a namespace of its own, after the emulator and the headers they share
@@ -135,14 +135,10 @@ struct Launch {
 // ---- the ops' references, compiled by kiln for the CPU from their specs
 
 class CudaEmulationTest : public ::testing::Test {
- protected:
+ public:
   static void SetUpTestSuite() {
     s_cache = new testing::TempDir();
-    OpsOptions o;
-    o.cache_dir = s_cache->path();
-    o.spec_dirs = {testing::bundled_spec_dir()};
-    o.accelerator = "cpu";
-    s_ops = Ops::create(o).value().release();
+    s_ops = testing::bundled_ops_on_cpu(s_cache->path()).release();
   }
   static void TearDownTestSuite() {
     delete s_ops;
@@ -282,44 +278,43 @@ TEST_F(CudaEmulationTest, AxpbyForEverySizeLayoutAndLaunch) {
       }
 }
 
-TEST_F(CudaEmulationTest, GeluForEverySizeLayoutAndLaunch) {
-  KILN_REFERENCE("gelu", ref);
-  for (size_t n : k_sizes)
-    for (auto& layout : layouts())
-      for (auto& l : launches(ref.spec, {{"n", int64_t(n)}}, {{{unsigned((n + 255) / 256)}, {256}}, {{2}, {33}}})) {
-        Tensor<float> x(n, layout.offset(0, 4)), y(n, layout.offset(1, 4));
-        x.assign(random_floats(n, -6, 6, n));
-        std::vector<float> want(n, 0.f);
-        int64_t count = static_cast<int64_t>(n);
-        const float* px = x.data();
-        float* pw = want.data();
-        ref({&px, &pw, &count});
-        if (!run(l, "gelu<float>", emu_gelu::gelu<float>, x.data(), y.data(), static_cast<long long>(n))) return;
-        expect_close(y.copy(), want, ref.rtol(), ref.atol(), "gelu n=" + std::to_string(n) + ", " + layout.name + ", " + l.str());
-      }
-}
-
 std::vector<__nv_bfloat16> random_bf16(size_t n, float lo, float hi, uint64_t seed) {
   std::vector<__nv_bfloat16> out;
   for (float f : random_floats(n, lo, hi, seed)) out.push_back(__float2bfloat16(f));
   return out;
 }
+std::vector<float> random_of(float, size_t n, float lo, float hi, uint64_t seed) { return random_floats(n, lo, hi, seed); }
+std::vector<__nv_bfloat16> random_of(__nv_bfloat16, size_t n, float lo, float hi, uint64_t seed) { return random_bf16(n, lo, hi, seed); }
 
-TEST_F(CudaEmulationTest, GeluBf16ForEverySizeLayoutAndLaunch) {
-  KILN_REFERENCE("gelu_bf16", ref);
+// gelu<float> or gelu<__nv_bfloat16> against the op's reference.
+template <class T>
+void check_gelu(const CudaEmulationTest::Reference& ref, const std::string& op, std::vector<Launch> (*launches_for)(const OpSpec&, size_t)) {
   for (size_t n : k_sizes)
     for (auto& layout : layouts())
-      for (auto& l : launches(ref.spec, {{"n", int64_t(n)}}, {{{unsigned((n + 255) / 256)}, {256}}, {{2}, {33}}})) {
-        Tensor<__nv_bfloat16> x(n, layout.offset(0, 2)), y(n, layout.offset(1, 2));
-        x.assign(random_bf16(n, -6, 6, n));
-        std::vector<__nv_bfloat16> want(n, __float2bfloat16(0.f));
+      for (auto& l : launches_for(ref.spec, n)) {
+        Tensor<T> x(n, layout.offset(0, sizeof(T))), y(n, layout.offset(1, sizeof(T)));
+        x.assign(random_of(T(), n, -6, 6, n));
+        std::vector<T> want(n, T());
         int64_t count = static_cast<int64_t>(n);
-        const __nv_bfloat16* px = x.data();
-        __nv_bfloat16* pw = want.data();
+        const T* px = x.data();
+        T* pw = want.data();
         ref({&px, &pw, &count});
-        if (!run(l, "gelu<__nv_bfloat16>", emu_gelu::gelu<__nv_bfloat16>, x.data(), y.data(), static_cast<long long>(n))) return;
-        expect_close(y.copy(), want, ref.rtol(), ref.atol(), "gelu_bf16 n=" + std::to_string(n) + ", " + layout.name + ", " + l.str());
+        if (!run(l, op, emu_gelu::gelu<T>, static_cast<const T*>(x.data()), y.data(), static_cast<long long>(n))) return;
+        expect_close(y.copy(), want, ref.rtol(), ref.atol(), op + " n=" + std::to_string(n) + ", " + layout.name + ", " + l.str());
       }
+}
+
+std::vector<Launch> gelu_launches(const OpSpec& spec, size_t n) {
+  return CudaEmulationTest::launches(spec, {{"n", int64_t(n)}}, {{{unsigned((n + 255) / 256)}, {256}}, {{2}, {33}}});
+}
+
+TEST_F(CudaEmulationTest, GeluInFp32AndBf16ForEverySizeLayoutAndLaunch) {
+  {
+    KILN_REFERENCE("gelu", ref);
+    check_gelu<float>(ref, "gelu", gelu_launches);
+  }
+  KILN_REFERENCE("gelu_bf16", ref);
+  check_gelu<__nv_bfloat16>(ref, "gelu_bf16", gelu_launches);
 }
 
 // One AdamW step with fp32 or bf16 gradients: p, m and v against the reference's.

@@ -22,6 +22,7 @@
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "support/cuda_module_format.h"
 #include "support/cuda_toolkit.h"
+#include "tests/builders/bundled_ops.h"
 #include "tests/test_util.h"
 
 namespace kiln::builders {
@@ -109,11 +110,7 @@ bool stores_vectors(const std::string& op) { return op != "reduce_sum" && op != 
 TEST(CudaOpResources, EveryBundledOpThroughBothCompilersForSm80AndSm90) {
   if (!jit::nvjitlink_available()) GTEST_SKIP() << "nvJitLink is not installed here";
   testing::TempDir cache;
-  OpsOptions o;
-  o.cache_dir = cache.path();
-  o.spec_dirs = {testing::bundled_spec_dir()};
-  o.accelerator = "cpu";
-  auto ops = Ops::create(o).value();
+  auto ops = testing::bundled_ops_on_cpu(cache.path());
   const bool nvrtc = jit::load_nvrtc_toolchain().ok();
   std::vector<Row> rows;
   std::vector<std::string> skipped;

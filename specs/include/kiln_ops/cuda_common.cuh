@@ -132,6 +132,44 @@ __device__ __forceinline__ RowSplit row_split(long long cols, int phase) {
   return {s.head, s.vectors, cols - 4 * s.vectors};
 }
 
+// This thread's share of the row its team has in one pass of a row loop: the row's columns (0
+// for a team past the last row: it works on nothing, but still takes part in its block's
+// reductions), where the row starts in x and y, and, for tensors that line up, its float4s and
+// the edge element this thread takes.
+struct TeamRow {
+  long long n;  // the row's columns, or 0
+  const float* in;
+  float* out;
+  RowSplit split;
+  const float4* in4;  // the row's float4s
+  float4* out4;
+  bool has_edge;
+  long long edge;  // this thread's edge element's column, when has_edge
+};
+__device__ __forceinline__ TeamRow team_row(const float* x, float* y, long long rows, long long cols, long long row, const Team& team) {
+  TeamRow t;
+  const bool active = row < rows;
+  t.n = active ? cols : 0;
+  t.in = x + (active ? row : 0) * cols;
+  t.out = y + (active ? row : 0) * cols;
+  t.split = row_split(t.n, vector_phase<4>(t.in));
+  t.in4 = reinterpret_cast<const float4*>(t.in + t.split.head);
+  t.out4 = reinterpret_cast<float4*>(t.out + t.split.head);
+  t.has_edge = team.rank < t.split.edges;
+  t.edge = t.split.edge_column(team.rank);
+  return t;
+}
+
+// Calls f(row) for each row of [0, rows) this thread's team takes: teams stride over the rows by
+// the grid, and every thread of a block makes the same calls (a team past the last row gets a
+// row >= rows), so the team reductions' block barriers line up.
+template <class F>
+__device__ __forceinline__ void for_each_team_row(long long rows, const Team& team, F f) {
+  for (long long first = static_cast<long long>(blockIdx.x) * team.per_block; first < rows;
+       first += static_cast<long long>(gridDim.x) * team.per_block)
+    f(first + team.index);
+}
+
 __device__ __forceinline__ float max4(float4 v) { return fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)); }
 __device__ __forceinline__ float sum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
 
