@@ -173,8 +173,8 @@ class CudaEmulationTest : public ::testing::Test {
     return "";
   }
 
-  // The spec's CUDA launch for these sizes on a GPU of `sm_count` SMs, and launches callers make
-  // by hand: a thread per element (grid = cdiv(n, 256)), and others that `extra` lists.
+  // The spec's CUDA launch for these sizes on GPUs of 1, 4 and 132 SMs, then the launches
+  // `extra` lists (callers' own: a thread per element, odd grids and blocks).
   static std::vector<Launch> launches(const OpSpec& spec, const std::map<std::string, int64_t>& sizes, std::vector<Launch> extra) {
     std::vector<Launch> out;
     for (int sm : {1, 4, 132}) {
