@@ -277,8 +277,11 @@ def make_case(torch, kiln, ctx, name, n, args):
 
         def torch_quantize():
             amax = x[:full].view(-1, group).abs().amax(1)
-            inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
-            return torch.round(x[:full].view(-1, group) * inv[:, None]).to(torch.int8).flatten(), amax / 127.0
+            # A true division: 127.0 / t is t.reciprocal() * 127 in torch, another rounding.
+            inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
+            q = torch.round(x[:full].view(-1, group) * inv[:, None]).to(torch.int8).flatten()
+            # amax / 127.0 would multiply by the reciprocal on CUDA (another rounding): divide by a tensor.
+            return q, amax / torch.full_like(amax, 127.0)
 
         if name == "quantize_int8":
             def check():
