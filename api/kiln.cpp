@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "builders/launch_shape.h"
 #include "builders/ops.h"
 #include "builders/spec.h"
 #include "builders/target.h"
@@ -599,6 +600,20 @@ void Op::build() { m_impl->build(); }
 bool Op::loaded() const { return m_impl->ready.load(std::memory_order_acquire); }
 std::string Op::cache_source() const {
   return loaded() ? builders::cache_outcome_name(m_impl->source) : "";
+}
+
+Launch Op::launch_for(const std::map<std::string, int64_t>& sizes, uint32_t block) const {
+  runtime::Accelerator* acc = nullptr;
+  if (loaded()) {
+    acc = &m_impl->loaded->accelerator();
+  } else {
+    const std::string& target = m_impl->target;
+    acc = target.empty() ? &accelerator_of(*m_impl->ctx)
+                         : value_or_throw(m_impl->ctx->ops->accelerator_for(value_or_throw(builders::parse_target(target))));
+  }
+  builders::LaunchShape shape = value_or_throw(builders::spec_launch(m_impl->spec, acc->name(), acc->multiprocessor_count(), sizes, block));
+  const runtime::LaunchConfig& c = shape.config;
+  return Launch(Dim3(c.grid.x, c.grid.y, c.grid.z), Dim3(c.block.x, c.block.y, c.block.z), c.shared_bytes);
 }
 
 void Op::launch_args(std::string_view entry_name, const Launch& config, const Arg* args, size_t count) {

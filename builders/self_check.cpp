@@ -6,6 +6,7 @@
 #include <random>
 
 #include "builders/expr.h"
+#include "builders/launch_shape.h"
 #include "runtime/host_cpu.h"
 #include "support/half.h"
 #include "support/units.h"
@@ -112,27 +113,12 @@ Result<Problem> make_problem(const LoadedOp& op, const CheckOptions& options, bo
   if (!spec.check) return invalid_argument("op " + spec.name + " has no [check] section");
   const CheckSpec& check = *spec.check;
   Problem p;
-  p.names = check.dims;
-  for (auto& [k, v] : options.dims) {
-    if (!p.names.count(k)) return invalid_argument("op " + spec.name + " has no dim named '" + k + "'");
-    p.names[k] = v;
-  }
-  // A backend may launch the check with its own block size ([cuda] block).
-  uint32_t block_threads = check.block;
-  std::string_view backend = op.accelerator().name();
-  if ((backend == "cuda" || backend == "hip") && spec.cuda && spec.cuda->block) block_threads = spec.cuda->block;
-  if (backend == "opencl" && spec.opencl && spec.opencl->block) block_threads = spec.opencl->block;
-  p.names["block"] = block_threads;
-  KILN_ASSIGN_OR_RETURN(int64_t grid_count, eval_expr(check.grid, p.names));
-  if (grid_count < 1 || grid_count > UINT32_MAX)
-    return invalid_argument("op " + spec.name + ": grid '" + check.grid + "' is " + std::to_string(grid_count) + " blocks");
-  p.config = {{static_cast<uint32_t>(grid_count), 1, 1}, {block_threads, 1, 1}, 0};
-  if (!check.shared_bytes.empty()) {
-    KILN_ASSIGN_OR_RETURN(int64_t shared, eval_expr(check.shared_bytes, p.names));
-    if (shared < 0 || shared > UINT32_MAX)
-      return invalid_argument("op " + spec.name + ": shared_bytes '" + check.shared_bytes + "' is " + std::to_string(shared));
-    p.config.shared_bytes = static_cast<uint32_t>(shared);
-  }
+  for (auto& [k, v] : options.dims)
+    if (!check.dims.count(k)) return invalid_argument("op " + spec.name + " has no dim named '" + k + "'");
+  // The launch the spec gives this backend ([cuda] block and grid, sized to the device).
+  KILN_ASSIGN_OR_RETURN(LaunchShape shape, spec_launch(spec, op.accelerator().name(), op.accelerator().multiprocessor_count(), options.dims));
+  p.names = std::move(shape.names);
+  p.config = shape.config;
   for (auto& b : check.buffers) {
     KILN_ASSIGN_OR_RETURN(int64_t count, eval_expr(b.count, p.names));
     if (count < 1) return invalid_argument("op " + spec.name + ": buffer " + b.name + " has " + std::to_string(count) + " elements");

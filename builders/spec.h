@@ -88,6 +88,9 @@ struct CudaSpec {
   std::vector<std::string> flags;   // NVRTC options
   int min_sm = 0;                   // e.g. 70: older GPUs are refused before compiling
   uint32_t block = 0;               // threads per block for the check's launch (0: [check].block)
+  // Blocks per launch on cuda and hip: an expression over the check's dims, the entries' integer
+  // parameters, `block` and `sm_count` (builders/launch_shape.h); "" = [check].grid.
+  std::string grid;
   // "auto": Clang for sources that include CCCL or cooperative groups where Clang is installed,
   // else NVRTC (cuda_toolchain_for); "nvrtc"; or "clang": NVPTX in-process, no NVRTC needed.
   std::string toolchain = "auto";

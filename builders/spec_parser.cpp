@@ -408,8 +408,8 @@ class SpecParser {
       for (auto&& [k, v] : *dt) {
         if (!v.is_integer() || *v.value<int64_t>() < 0)
           return spec_error(pos_of(v), "dim '" + std::string(k.str()) + "' must be a non-negative integer");
-        if (!is_identifier(k.str()) || k.str() == "block")
-          return spec_error(pos_of(v), "dim name '" + std::string(k.str()) + "' must be an identifier other than 'block'");
+        if (!is_identifier(k.str()) || k.str() == "block" || k.str() == "sm_count")
+          return spec_error(pos_of(v), "dim name '" + std::string(k.str()) + "' must be an identifier other than 'block' and 'sm_count'");
         c.dims[std::string(k.str())] = *v.value<int64_t>();
       }
     }
@@ -430,6 +430,7 @@ class SpecParser {
     KILN_ASSIGN_OR_RETURN(c.grid, required_string(*t, "grid"));
     auto names = c.dims;
     names["block"] = c.block;
+    names["sm_count"] = 1;  // the device's, known at launch
     if (auto g = eval_expr(c.grid, names); !g.ok()) return spec_error(pos_of(*t->get("grid")), "grid: " + g.status().message());
     if (auto* sb = t->get("shared_bytes")) {
       if (sb->is_integer()) c.shared_bytes = std::to_string(**sb->as_integer());
@@ -513,7 +514,7 @@ class SpecParser {
   Status parse_cuda(const toml::node& node, OpSpec& spec) {
     auto* t = node.as_table();
     if (!t) return spec_error(pos_of(node), "'cuda' must be a table ([cuda])");
-    KILN_RETURN_IF_ERROR(check_keys(*t, {"sources", "defines", "flags", "min_sm", "block", "toolchain"}));
+    KILN_RETURN_IF_ERROR(check_keys(*t, {"sources", "defines", "flags", "min_sm", "block", "grid", "toolchain"}));
     CudaSpec c;
     c.pos = pos_of(node);
     // Several sources are linked as relocatable device code (builders/op_builder.h).
@@ -540,6 +541,22 @@ class SpecParser {
       auto v = b->value<int64_t>();
       if (!b->is_integer() || *v < 1 || *v > 1024) return spec_error(pos_of(*b), "[cuda] block must be 1 to 1024 threads");
       c.block = static_cast<uint32_t>(*v);
+    }
+    if (t->get("grid")) {
+      KILN_ASSIGN_OR_RETURN(c.grid, required_string(*t, "grid"));
+      // The names a launch will give it, with stand-in values: the check's dims, every entry's
+      // integer parameters, block and sm_count.
+      std::map<std::string, int64_t> names;
+      for (auto& e : spec.entries)
+        for (auto& p : e.params)
+          if (!p.is_pointer && p.scalar >= ScalarType::kInt8 && p.scalar <= ScalarType::kUInt64) names[p.name] = 1;
+      if (spec.check)
+        for (auto& [k, v] : spec.check->dims) names[k] = v;
+      names["block"] = c.block ? c.block : spec.check ? spec.check->block : 256;
+      names["sm_count"] = 1;
+      if (auto g = eval_expr(c.grid, names); !g.ok())
+        return spec_error(pos_of(*t->get("grid")), "[cuda] grid: " + g.status().message() +
+                                                       " (it may use the check's dims, the entries' integer parameters, block and sm_count)");
     }
     if (t->get("toolchain")) {
       KILN_ASSIGN_OR_RETURN(c.toolchain, required_string(*t, "toolchain"));

@@ -379,6 +379,10 @@ PYBIND11_MODULE(_kiln, m) {
             py::gil_scoped_release release;
             o.op().build();
           })
+      .def("launch_shape", [](PyOp& o, const std::map<std::string, int64_t>& sizes, uint32_t block) {
+            kiln::Launch l = o.op().launch_for(sizes, block);
+            return py::make_tuple(l.grid.x, l.block.x, l.shared_bytes);
+          }, py::arg("sizes"), py::arg("block") = 0)
       .def_property_readonly("loaded", [](PyOp& o) { return o.op().loaded(); })
       .def_property_readonly("cache_source", [](PyOp& o) { return o.op().cache_source(); })
       .def("launch", [](PyOp& o, py::handle grid, py::handle block, py::args args, uint32_t shared_bytes, const std::string& entry,

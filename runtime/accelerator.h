@@ -204,6 +204,12 @@ class Accelerator {
   virtual Status set_device(int device);
   // Blocks until all work on every stream of the device has completed.
   virtual Status synchronize() = 0;
+  // The processors a grid spreads over on the current device, what a launch sizes its grid
+  // against (a spec's launch expressions read it as `sm_count`): streaming multiprocessors
+  // (maps to CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), AMD compute units
+  // (hipDeviceAttributeMultiprocessorCount), OpenCL's CL_DEVICE_MAX_COMPUTE_UNITS, the CPU
+  // backend's threads. At least 1; a backend that cannot tell says 1.
+  virtual int multiprocessor_count() const { return 1; }
   // The target string this device runs best: "cpu:x86-64-v4", "cuda:sm_90".
   virtual std::string native_target() const = 0;
   // Ok when an artifact of this kind and target can run here; otherwise says why not.

@@ -27,6 +27,8 @@ class CpuAccelerator final : public runtime::Accelerator {
 
   std::string_view name() const override { return "cpu"; }
   int device_count() const override { return 1; }
+  // The worker pool's helpers and the stream's own thread: the blocks that run at once.
+  int multiprocessor_count() const override { return static_cast<int>(m_pool->helper_count()) + 1; }
   std::string device_name(int device) const override;
   Status synchronize() override;
   std::string native_target() const override;

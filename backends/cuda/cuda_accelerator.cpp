@@ -18,8 +18,8 @@
 namespace kiln::backends::cuda {
 namespace {
 
-// CUdevice_attribute values (cuda.h) for the compute capability.
-constexpr int k_attr_cc_major = 75, k_attr_cc_minor = 76;
+// CUdevice_attribute values (cuda.h): the compute capability, the multiprocessor count.
+constexpr int k_attr_cc_major = 75, k_attr_cc_minor = 76, k_attr_multiprocessor_count = 16;
 
 using DevicePtr = unsigned long long;
 DevicePtr dptr(const void* p) { return reinterpret_cast<DevicePtr>(p); }
@@ -227,6 +227,7 @@ Result<std::unique_ptr<CudaAccelerator>> CudaAccelerator::create(int device) {
   KILN_CU_CHECK(*d, cuDeviceGetAttribute(&major, k_attr_cc_major, acc->m_device), "compute capability");
   KILN_CU_CHECK(*d, cuDeviceGetAttribute(&minor, k_attr_cc_minor, acc->m_device), "compute capability");
   acc->m_sm = major * 10 + minor;
+  KILN_CU_CHECK(*d, cuDeviceGetAttribute(&acc->m_multiprocessors, k_attr_multiprocessor_count, acc->m_device), "multiprocessor count");
   acc->m_device_index = device;
   KILN_CU_CHECK(*d, cuDevicePrimaryCtxRetain(&acc->m_context, acc->m_device), "retain the primary context");
   return acc;

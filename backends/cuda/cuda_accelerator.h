@@ -25,6 +25,7 @@ class CudaAccelerator final : public runtime::Accelerator {
   int device_count() const override;
   std::string device_name(int device) const override;
   int current_device() const override { return m_device_index; }
+  int multiprocessor_count() const override { return m_multiprocessors; }
   Status synchronize() override;
   std::string native_target() const override { return "cuda:sm_" + std::to_string(m_sm); }
   Status can_load(std::string_view kind, std::string_view target) const override;
@@ -71,6 +72,7 @@ class CudaAccelerator final : public runtime::Accelerator {
   int m_device = 0;        // CUdevice
   int m_device_index = 0;  // its ordinal among the visible devices
   int m_sm = 0;
+  int m_multiprocessors = 1;  // read once at creation: what a launch sizes its grid against
   void* m_context = nullptr;
   runtime::MemoryTracker m_memory;
   std::once_flag m_default_once;

@@ -209,6 +209,11 @@ Result<std::unique_ptr<HipAccelerator>> HipAccelerator::create(int device) {
   KILN_HIP_CHECK(*rt, hipGetDeviceProperties(props, device), "device properties");
   acc->m_arch = arch_from_properties(props, sizeof props);
   if (acc->m_arch.empty()) return unavailable("HIP device " + std::to_string(device) + " reports no gfx architecture");
+  // hipDeviceAttributeMultiprocessorCount: 63 in HIP 7.1's hip_runtime_api.h. Read, not
+  // required: a runtime that numbers its attributes otherwise and answers nonsense leaves 1
+  // (grids then sized for one compute unit: correct, slower).
+  int units = 0;
+  if (rt->hipDeviceGetAttribute(&units, 63, device) == 0 && units >= 1 && units <= 4096) acc->m_multiprocessors = units;
   return acc;
 }
 

@@ -29,6 +29,7 @@ class HipAccelerator final : public runtime::Accelerator {
   std::string device_name(int device) const override;
   Status synchronize() override;
   std::string native_target() const override { return "hip:" + m_arch; }
+  int multiprocessor_count() const override { return m_multiprocessors; }
   Status can_load(std::string_view kind, std::string_view target) const override;
   Status supports(runtime::Capability c) const override;
   std::string_view communication_backend() const override { return "rccl"; }
@@ -60,6 +61,7 @@ class HipAccelerator final : public runtime::Accelerator {
   const Runtime* m_rt = nullptr;
   int m_device = 0;
   std::string m_arch;  // "gfx90a"
+  int m_multiprocessors = 1;  // compute units, read once at creation
   runtime::MemoryTracker m_memory;
   mutable std::mutex m_pinned_mutex;
   std::set<const void*> m_pinned;

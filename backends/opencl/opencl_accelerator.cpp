@@ -27,6 +27,7 @@ Result<std::unique_ptr<OpenClAccelerator>> OpenClAccelerator::create() {
   acc->m_fp64 = extensions.find("cl_khr_fp64") != std::string::npos;
   acc->m_takes_il = device_string(*cl, device, CL_DEVICE_IL_VERSION).find("SPIR-V") != std::string::npos;
   acc->m_global_memory = device_value<cl_ulong>(*cl, device, CL_DEVICE_GLOBAL_MEM_SIZE);
+  acc->m_compute_units = std::max(1, static_cast<int>(device_value<cl_uint>(*cl, device, CL_DEVICE_MAX_COMPUTE_UNITS)));
   acc->m_identity = platform_string(*cl, platform, CL_PLATFORM_NAME) + "|" + platform_string(*cl, platform, CL_PLATFORM_VERSION) + "|" +
                     acc->m_device_name + "|" + device_string(*cl, device, CL_DEVICE_VERSION) + "|" +
                     device_string(*cl, device, CL_DRIVER_VERSION);

@@ -31,6 +31,7 @@ class OpenClAccelerator final : public runtime::Accelerator {
 
   std::string_view name() const override { return "opencl"; }
   int device_count() const override { return 1; }
+  int multiprocessor_count() const override { return m_compute_units; }
   std::string device_name(int device) const override;
   Status synchronize() override;
   std::string native_target() const override { return "opencl:generic"; }
@@ -86,6 +87,7 @@ class OpenClAccelerator final : public runtime::Accelerator {
   std::string m_device_name, m_identity;
   bool m_takes_il = false, m_fp16 = false, m_fp64 = false;
   uint64_t m_global_memory = 0;
+  int m_compute_units = 1;
   runtime::MemoryTracker m_memory;
   ProgramCounters m_programs;
   std::mutex m_queues_mutex;

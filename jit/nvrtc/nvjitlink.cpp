@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -25,6 +26,9 @@ struct Api {
   int (*log)(void*, char*) = nullptr;
   int (*ptx_size)(void*, size_t*) = nullptr;
   int (*ptx)(void*, char*) = nullptr;
+  // The info log (ptxas -v): optional, link_cubin does without it.
+  int (*info_log_size)(void*, size_t*) = nullptr;
+  int (*info_log)(void*, char*) = nullptr;
 };
 constexpr int k_input_ptx = 2;    // NVJITLINK_INPUT_PTX
 // PTX from which link_cubin lets ptxas split its work across threads.
@@ -65,6 +69,8 @@ void load() {
   l.log = reinterpret_cast<decltype(l.log)>(sym("__nvJitLinkGetErrorLog_13_0", "nvJitLinkGetErrorLog"));
   l.ptx_size = reinterpret_cast<decltype(l.ptx_size)>(sym("__nvJitLinkGetLinkedPtxSize_13_0", "nvJitLinkGetLinkedPtxSize"));
   l.ptx = reinterpret_cast<decltype(l.ptx)>(sym("__nvJitLinkGetLinkedPtx_13_0", "nvJitLinkGetLinkedPtx"));
+  l.info_log_size = reinterpret_cast<decltype(l.info_log_size)>(sym("__nvJitLinkGetInfoLogSize_13_0", "nvJitLinkGetInfoLogSize"));
+  l.info_log = reinterpret_cast<decltype(l.info_log)>(sym("__nvJitLinkGetInfoLog_13_0", "nvJitLinkGetInfoLog"));
   g_ok = l.create && l.destroy && l.add_data && l.complete && l.cubin_size && l.cubin && l.log_size && l.log && l.ptx_size &&
          l.ptx;
 }
@@ -121,6 +127,74 @@ Result<std::string> link_cubin(std::string_view ptx, int sm) {
   }
   l.destroy(&h);
   if (!st.ok()) return st;
+  return out;
+}
+
+Result<std::vector<KernelResources>> ptxas_resources(std::string_view ptx, int sm) {
+  if (!nvjitlink_available()) return unavailable("nvJitLink (libnvJitLink.so.13) was not found");
+  const Api& l = g_api;
+  if (!l.info_log_size || !l.info_log) return unavailable("this nvJitLink has no info log (nvJitLinkGetInfoLog)");
+  std::string arch = "-arch=sm_" + std::to_string(sm);
+  std::vector<const char*> options = {arch.c_str(), "-Xptxas=-v"};
+  void* h = nullptr;
+  if (l.create(&h, static_cast<uint32_t>(options.size()), options.data()) != 0)
+    return internal_error("nvJitLinkCreate failed for sm_" + std::to_string(sm));
+  bool ok = l.add_data(h, k_input_ptx, ptx.data(), ptx.size(), "kernel.ptx") == 0 && l.complete(h) == 0;
+  auto read_log = [&](int (*size_of)(void*, size_t*), int (*read)(void*, char*)) {
+    size_t n = 0;
+    size_of(h, &n);
+    std::string log(n, '\0');
+    if (n) read(h, log.data());
+    while (!log.empty() && log.back() == '\0') log.pop_back();
+    return log;
+  };
+  std::string info = read_log(l.info_log_size, l.info_log);
+  std::string errors = ok ? std::string() : read_log(l.log_size, l.log);
+  l.destroy(&h);
+  if (!ok) return Status(StatusCode::kCompileError, "nvJitLink for sm_" + std::to_string(sm) + ": " + errors);
+  return parse_ptxas_report(info);
+}
+
+std::vector<KernelResources> parse_ptxas_report(std::string_view log) {
+  std::vector<KernelResources> out;
+  // The number just before `unit` in `line` ("110 registers" -> 110), or -1.
+  auto number_before = [](std::string_view line, std::string_view unit) -> int64_t {
+    size_t at = line.find(unit);
+    if (at == std::string_view::npos) return -1;
+    size_t end = at;
+    while (end > 0 && line[end - 1] == ' ') --end;
+    size_t begin = end;
+    while (begin > 0 && line[begin - 1] >= '0' && line[begin - 1] <= '9') --begin;
+    return begin == end ? -1 : std::stoll(std::string(line.substr(begin, end - begin)));
+  };
+  auto quoted = [](std::string_view line, size_t from) {
+    size_t a = line.find('\'', from), b = a == std::string_view::npos ? a : line.find('\'', a + 1);
+    return b == std::string_view::npos ? std::string() : std::string(line.substr(a + 1, b - a - 1));
+  };
+  bool in_entry = false;  // the lines since the last "Function properties for" are about an entry
+  size_t pos = 0;
+  while (pos < log.size()) {
+    size_t nl = log.find('\n', pos);
+    std::string_view line = log.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    pos = nl == std::string_view::npos ? log.size() : nl + 1;
+    if (size_t at = line.find("Compiling entry function "); at != std::string_view::npos) {
+      out.push_back({});
+      out.back().entry = quoted(line, at);
+      in_entry = true;
+    } else if (size_t at = line.find("Function properties for "); at != std::string_view::npos) {
+      std::string_view name = line.substr(at + 24);
+      in_entry = !out.empty() && name == out.back().entry;
+    } else if (in_entry && line.find("bytes stack frame") != std::string_view::npos) {
+      out.back().stack_frame = std::max<int64_t>(0, number_before(line, "bytes stack frame"));
+      out.back().spill_stores = std::max<int64_t>(0, number_before(line, "bytes spill stores"));
+      out.back().spill_loads = std::max<int64_t>(0, number_before(line, "bytes spill loads"));
+    } else if (!out.empty() && line.find("Used ") != std::string_view::npos && line.find(" registers") != std::string_view::npos) {
+      // The "Used" line follows its entry's properties (a device function's come before it).
+      out.back().registers = static_cast<int>(std::max<int64_t>(0, number_before(line, " registers")));
+      out.back().barriers = static_cast<int>(std::max<int64_t>(0, number_before(line, " barriers")));
+      out.back().shared_bytes = std::max<int64_t>(0, number_before(line, " bytes smem"));
+    }
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 // one PTX.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -26,6 +27,26 @@ Result<std::string> link_cubin(std::string_view ptx, int sm);
 // beyond the first): ptxas inside nvJitLink is most of a CUDA compile (~17 ms of row_softmax's
 // ~40 for sm_90), and the links share nothing. The first error is returned.
 Result<std::map<int, std::string>> link_cubins(std::string_view ptx, const std::vector<int>& archs);
+
+// What ptxas reports about one entry point of a cubin (nvJitLink's info log with -Xptxas=-v):
+// the figures that decide occupancy, and spills, which a change to a kernel should not add.
+struct KernelResources {
+  std::string entry;  // the kernel's symbol
+  int registers = 0;  // per thread
+  int64_t stack_frame = 0, spill_stores = 0, spill_loads = 0;  // bytes per thread
+  int64_t shared_bytes = 0;  // static shared memory per block
+  int barriers = 0;
+};
+
+// Links `ptx` for compute capability `sm` with ptxas's verbose report on and returns its
+// figures for each entry point, in the order ptxas compiled them. kUnavailable without
+// nvJitLink (or one without an info log); kCompileError with the log when the link fails.
+Result<std::vector<KernelResources>> ptxas_resources(std::string_view ptx, int sm);
+
+// The entry points' figures in ptxas's verbose output ("Compiling entry function 'k' for
+// 'sm_90'", "... bytes stack frame, ... bytes spill stores, ... bytes spill loads", "Used N
+// registers, used B barriers, S bytes smem"); lines about non-entry functions are passed over.
+std::vector<KernelResources> parse_ptxas_report(std::string_view log);
 
 // Several LTO-IR inputs (NVRTC -dlto, one per source) linked and optimised together: the PTX
 // for the oldest of `archs` and, unless `ptx_only`, a cubin for each.

@@ -3,7 +3,8 @@ op builders through kiln.
 
     import kiln
     add = kiln.op("vector_add")                 # found by name; compiled on first use, cached
-    add(a, b, out, a.numel(), grid=kiln.cdiv(a.numel(), 256), block=256)
+    add(a, b, out, a.numel())                   # launched as its spec says, sized to the device
+    add(a, b, out, a.numel(), grid=kiln.cdiv(a.numel(), 256), block=256)   # or as you say
 
     import kiln.torch                            # drop-in for torch.utils.cpp_extension
     ext = kiln.torch.load("lltm", ["lltm.cpp"])
@@ -37,21 +38,29 @@ def cdiv(n, block):
     return (int(n) + int(block) - 1) // int(block)
 
 
+_INTEGER_TYPES = frozenset(("int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t", "int64_t", "uint64_t"))
+
+
 class Op:
     """An op of a Context, callable on tensors or arrays.
 
-    op(*args, grid=..., block=256, shared_bytes=0, entry="", sync=None) launches an entry point
-    (the first one unless `entry` names another). Tensor arguments must be contiguous, on the
-    Context's device and of the parameter's dtype; numbers are converted to the parameter's
-    type. On the CPU the call returns when the kernel is done (sync=True), as a torch op does;
-    pass sync=False to queue it and call Context.synchronize() later."""
+    op(*args, grid=None, block=None, shared_bytes=None, entry="", sync=None) launches an entry
+    point (the first one unless `entry` names another). With no grid, the launch is the one the
+    op's spec gives for the sizes among the arguments (its integer parameters by name; on CUDA
+    the spec's [cuda] block and grid, sized to the device): see launch_shape. With a grid, block
+    defaults to 256 and shared_bytes to 0. Tensor arguments must be contiguous, on the Context's
+    device and of the parameter's dtype; numbers are converted to the parameter's type. On the
+    CPU the call returns when the kernel is done (sync=True), as a torch op does; pass
+    sync=False to queue it and call Context.synchronize() later."""
 
-    __slots__ = ("_op", "_sync", "_block")
+    __slots__ = ("_op", "_sync", "_block", "_sizes_of", "_shapes")
 
     def __init__(self, native, default_sync, default_block):
         self._op = native
         self._sync = default_sync
         self._block = default_block
+        self._sizes_of = {}  # entry -> the positions and names of its integer parameters
+        self._shapes = {}  # (entry, block, sizes) -> (grid, block, shared_bytes)
 
     @property
     def name(self):
@@ -79,8 +88,30 @@ class Op:
         """Where its code came from once built: memory, disk, remote or compiled."""
         return self._op.cache_source
 
-    def __call__(self, *args, grid, block=None, shared_bytes=0, entry="", sync=None, stream=None):
-        self._op.launch(grid, self._block if block is None else block, *args, shared_bytes=shared_bytes, entry=entry,
+    def launch_shape(self, entry="", block=None, **sizes):
+        """(grid, block, shared_bytes) of the launch the op's spec gives for these sizes, named as
+        its dims and integer parameters (op.launch_shape(n=1 << 20)); block replaces the spec's."""
+        return tuple(self._op.launch_shape({k: int(v) for k, v in sizes.items()}, 0 if block is None else int(block)))
+
+    def __call__(self, *args, grid=None, block=None, shared_bytes=None, entry="", sync=None, stream=None):
+        if grid is None:
+            sizes = self._sizes_of.get(entry)
+            if sizes is None:
+                sizes = tuple((i, name) for i, (kind, name) in enumerate(self._op.params(entry)) if kind in _INTEGER_TYPES)
+                self._sizes_of[entry] = sizes
+            # Remembered per size: a launch of a size seen before evaluates no expression.
+            key = (entry, block) + tuple(int(args[i]) for i, _ in sizes if i < len(args))
+            shape = self._shapes.get(key)
+            if shape is None:
+                if len(self._shapes) > 4096:
+                    self._shapes.clear()
+                shape = self._op.launch_shape({name: int(args[i]) for i, name in sizes if i < len(args)},
+                                              0 if block is None else int(block))
+                self._shapes[key] = shape
+            grid, block = shape[0], shape[1]
+            if shared_bytes is None:
+                shared_bytes = shape[2]
+        self._op.launch(grid, self._block if block is None else block, *args, shared_bytes=shared_bytes or 0, entry=entry,
                         sync=self._sync if sync is None else sync, stream=stream)
 
     launch = __call__
@@ -273,6 +304,11 @@ class _OpByDevice:
     def build(self):
         self._default().build()
         return self
+
+    def launch_shape(self, entry="", block=None, device="", **sizes):
+        """Op.launch_shape on `device` ("cpu", "cuda"; by default where the op last ran, else the
+        best accelerator here)."""
+        return (self._op(device) if device else self._default()).launch_shape(entry, block, **sizes)
 
     def __call__(self, *args, **kwargs):
         return self._op(self._device_of(args))(*args, **kwargs)

@@ -109,6 +109,13 @@ TEST(CpuAcceleratorTest, EventsMeasureElapsedTime) {
   EXPECT_GT(*ms, 0.0);
 }
 
+TEST(CpuAcceleratorTest, ItsMultiprocessorsAreThePoolsThreadsAndTheStreams) {
+  for (int helpers : {0, 3}) {
+    CpuAccelerator acc(CpuOptions{helpers});
+    EXPECT_EQ(acc.multiprocessor_count(), helpers + 1);
+  }
+}
+
 TEST(CpuAcceleratorTest, AllocationsAreAlignedForVectors) {
   CpuAccelerator acc;
   for (size_t n : {1, 3, 64, 1000}) {

@@ -150,6 +150,26 @@ TEST_F(SpecParserTest, CheckSectionIsValidated) {
                "buffer type 'string'");
 }
 
+// [cuda] grid: an expression over the check's dims, the entries' integer parameters, block and
+// the device's sm_count, checked when the spec is read.
+TEST_F(SpecParserTest, CudaGridReadsTheSmCountAndIsValidated) {
+  dir.write("k.cu", "\n");
+  std::string check = "\n[check]\ndims = { n = 100 }\nreference = \"k_ref\"\ngrid = \"cdiv(n, block)\"\n"
+                      "buffers = [{ name = \"x\", type = \"float\", count = \"n\", output = true }]\nargs = [\"x\", \"n\"]\n";
+  auto ok = parse(std::string(k_valid) + check + "[cuda]\nsources = [\"k.cu\"]\nblock = 128\ngrid = \"min(cdiv(n, block * 8), sm_count * 4)\"\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->cuda->grid, "min(cdiv(n, block * 8), sm_count * 4)");
+  EXPECT_EQ(ok->cuda->block, 128u);
+  // Without a [check], the entries' integer parameters are the names.
+  EXPECT_TRUE(parse(std::string(k_valid) + "[cuda]\nsources = [\"k.cu\"]\ngrid = \"cdiv(n, sm_count)\"\n").ok());
+  // Line 21 is [cuda]'s grid.
+  expect_error(std::string(k_valid) + check + "[cuda]\nsources = [\"k.cu\"]\ngrid = \"cdiv(rows, block)\"\n", 21, 8,
+               "unknown name 'rows'");
+  expect_error(std::string(k_valid) + check + "[cuda]\nsources = [\"k.cu\"]\ngrid = \"cdiv(rows, block)\"\n", 21, 8,
+               "the check's dims, the entries' integer parameters, block and sm_count");
+  expect_error(std::string(k_valid) + "\n[check]\ndims = { sm_count = 4 }\n", 14, 21, "other than 'block' and 'sm_count'");
+}
+
 TEST_F(SpecParserTest, HalfTypesAreParametersAndBuffers) {
   std::string head = "name = \"k\"\nlanguage = \"cpp\"\nsources = [\"kernels/k.cpp\"]\n[[entry]]\nname = \"k\"\n";
   auto r = parse(head + "params = [\"const half* x\", \"bfloat16* y\", \"_Float16 a\", \"__bf16 b\", \"int64_t n\"]\n"

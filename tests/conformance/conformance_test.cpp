@@ -128,6 +128,9 @@ TEST_P(AcceleratorConformance, DevicesAreCountedNamedAndSelected) {
   EXPECT_TRUE(acc->synchronize().ok());
   EXPECT_FALSE(acc->native_target().empty());
   EXPECT_FALSE(acc->communication_backend().empty());
+  // What launches size their grids by (a spec's sm_count): a real count, not a placeholder.
+  EXPECT_GE(acc->multiprocessor_count(), 1);
+  EXPECT_LE(acc->multiprocessor_count(), 65536);
 }
 
 TEST_P(AcceleratorConformance, EveryCapabilityIsAnsweredAndDtypesAgreeWithIt) {

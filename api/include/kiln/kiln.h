@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -171,6 +172,15 @@ class KILN_API Op {
     launch_args(entry, config, list, sizeof...(Args));
   }
   void launch_args(std::string_view entry, const Launch& config, const Arg* args, size_t count);
+
+  // The launch the op's spec gives for a problem of these sizes on the accelerator that runs it:
+  // on CUDA, [cuda] block and grid, the grid sized to the device (its `sm_count`); elsewhere the
+  // [check]'s (README, "A spec"). Sizes are named as the spec's dims and the entry's integer
+  // parameters ({"n", 1 << 20}); dims not given keep the spec's values. `block` non-zero
+  // replaces the spec's. Throws Error("invalid_argument") when the spec gives no launch or its
+  // expressions fail for these sizes. Costs an expression evaluation: keep the result for
+  // repeated launches of one size.
+  Launch launch_for(const std::map<std::string, int64_t>& sizes, uint32_t block = 0) const;
 
   struct Impl;
 

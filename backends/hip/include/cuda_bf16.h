@@ -17,3 +17,7 @@ __device__ __host__ inline __nv_bfloat16 __float2bfloat16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return {static_cast<unsigned short>(u >> 16)};
 }
+
+// The 16 bits of a bfloat16, and back.
+__device__ __host__ inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
+__device__ __host__ inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short bits) { return {bits}; }

@@ -44,6 +44,28 @@ __device__ inline void __syncthreads() {
 }
 __device__ inline void __syncwarp(unsigned = 0xffffffffu) { __builtin_amdgcn_wave_barrier(); }
 
+// CUDA's vector types that kernels load and store 128 bits at a time (float4, uint4) or 64
+// (uint2, float2), aligned to their size as in CUDA, so a load of one is one global_load_dwordx4.
+struct __attribute__((aligned(8))) float2 {
+  float x, y;
+};
+struct __attribute__((aligned(16))) float4 {
+  float x, y, z, w;
+};
+struct __attribute__((aligned(8))) uint2 {
+  unsigned int x, y;
+};
+struct __attribute__((aligned(16))) uint4 {
+  unsigned int x, y, z, w;
+};
+// The read-only data path: AMD GPUs have none of their own, a plain load.
+template <class T>
+__device__ inline T __ldg(const T* p) {
+  return *p;
+}
+__device__ inline float __uint_as_float(unsigned int u) { return __builtin_bit_cast(float, u); }
+__device__ inline unsigned int __float_as_uint(float f) { return __builtin_bit_cast(unsigned int, f); }
+
 // Math: LLVM's intrinsics, which the AMDGPU back end lowers itself.
 __device__ inline float expf(float x) { return __builtin_expf(x); }
 __device__ inline float __expf(float x) { return __builtin_expf(x); }
