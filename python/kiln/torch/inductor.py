@@ -37,6 +37,8 @@ import shutil
 import sys
 import threading
 
+from . import isa_probes
+
 __all__ = ["install", "uninstall", "installed", "backend", "stats", "translate"]
 
 _log = logging.getLogger("kiln.inductor")
@@ -246,35 +248,6 @@ def _facts():
     return tuple(torch_facts()["key"]) + (("cpu", _cpu_identity()), ("inductor.route", "kiln.inductor 1"))
 
 
-@functools.lru_cache(maxsize=None)
-def _isa_probes():
-    """The sources of Inductor's vector-ISA probes (the `*_code` texts of cpu_vec_isa's VecISA
-    classes: VecISA._avx_code, VecAVX512's bf16 and VNNI ones, VecAMX's), stripped."""
-    try:
-        from torch._inductor import cpu_vec_isa
-    except ImportError:
-        return frozenset()
-    texts = set()
-    for cls in vars(cpu_vec_isa).values():
-        if isinstance(cls, type) and issubclass(cls, cpu_vec_isa.VecISA):
-            texts.update(v.strip() for k, v in vars(cls).items() if k.endswith("_code") and isinstance(v, str))
-    return frozenset(texts)
-
-
-def _is_isa_probe(source):
-    """Whether `source` is one of Inductor's vector-ISA probes: each is built once per machine and
-    flag set (-mavx512f, -mavx2, ...), so a precompiled header made for it would serve nothing;
-    the six of a cold node cost ~17 s of CPU here in PCHs (2026-11-28)."""
-    probes = _isa_probes()
-    try:
-        if not probes or os.path.getsize(source) > max(len(p) for p in probes) + 64:
-            return False
-        with open(source, encoding="utf-8", errors="replace") as f:
-            return f.read().strip() in probes
-    except OSError:
-        return False
-
-
 def _build(cmd_line, cwd):
     from . import torch_facts
 
@@ -292,6 +265,7 @@ def _build(cmd_line, cwd):
         return p if os.path.isabs(p) else os.path.join(cwd, p)
 
     output = absolute(build.pop("output"))
+    probe = isa_probes.is_probe(absolute(build["sources"][0]))
     build["prelude"] = _prelude(absolute(build["sources"][0]), [absolute(p) for p in build["prelude"]], build["defines"])
     if build.pop("openmp"):
         build["prelude"].append(_OPENMP_BRIDGE)
@@ -303,7 +277,7 @@ def _build(cmd_line, cwd):
             system_include_dirs=[absolute(p) for p in build["system_include_dirs"]],
             defines=build["defines"], flags=build["flags"], link_flags=build["link_flags"],
             prelude=build["prelude"], facts=list(_facts()), root=root, output=output,
-            make_precompiled_headers=not _is_isa_probe(absolute(build["sources"][0])))
+            make_precompiled_headers=not probe)
     except KilnError as e:
         if getattr(e, "code", "") != "compile_error":
             raise
@@ -321,6 +295,8 @@ def _build(cmd_line, cwd):
                      str(e).split("\n", 2)[1][:300] if "\n" in str(e) else str(e)[:300])
         return
     _stats["kiln"] += 1
+    if probe:
+        isa_probes.built(output, lib["key"])
     if lib["cache_source"] != "compiled":
         _stats["hits"] += 1
     _log.debug("kiln built %s (%s, %.0f ms, %d precompiled headers used)", output, lib["cache_source"], lib["total_ms"],
@@ -376,6 +352,7 @@ def install(caches=True):
             from . import compiler_facts
 
             compiler_facts.install()
+            isa_probes.install()
     if caches:
         from . import compile_cache
 
@@ -418,6 +395,7 @@ def uninstall():
         from . import compiler_facts
 
         compiler_facts.uninstall()
+        isa_probes.uninstall()
     from . import compile_cache
 
     compile_cache.uninstall()
