@@ -13,7 +13,10 @@ artifact is stored under the probe's artifact key, and a node that gets the same
 bytes, for the same CPU and torch) takes the verdict instead of starting a child to load it. A
 probe that fails to load keeps no verdict: it is tried again, as Inductor does.
 
-Probes make no precompiled header (is_probe): each is built once per machine and flag set.
+Probes make no precompiled header (is_probe): each is built once per machine and flag set. And on
+a node where nothing is stored, the probes of the candidate ISAs are built side by side rather
+than one after the other as Inductor asks them (valid_vec_isa_list): Clang parses ATen's vector
+headers for each (0.7-2 s a probe, 7.9 s for six in a row here), and the compiles release the GIL.
 """
 import functools
 import logging
@@ -89,27 +92,67 @@ def _probe_load(self, output_path):
     return loaded
 
 
-def install():
-    global _original
+_original_list = None
+
+
+def _candidates(cpu_vec_isa):
+    """The ISAs Inductor's valid_vec_isa_list tries on this x86 machine: those whose flags the CPU
+    reports (torch 2.15's own filter, before it builds each one's probe)."""
+    import platform
+    import sys
+
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return []
+    flags = cpu_vec_isa.x86_isa_checker()
+    return [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
+
+
+@functools.cache
+def _valid_vec_isa_list():
+    """cpu_vec_isa.valid_vec_isa_list, its probes built side by side first (see the module's doc)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torch._inductor import cpu_vec_isa
+
     try:
-        from torch._inductor.cpu_vec_isa import VecISA
+        candidates = _candidates(cpu_vec_isa)
+    except Exception as e:  # a torch whose probes are laid out otherwise: Inductor's own order
+        _log.debug("the ISA probes are built in Inductor's order: %s", e)
+        candidates = []
+    if len(candidates) > 1:
+        # bool(isa) builds (and loads) its probes and is cached per ISA; the list below takes the
+        # answers as they are.
+        with ThreadPoolExecutor(max_workers=min(len(candidates), os.cpu_count() or 2)) as pool:
+            list(pool.map(bool, candidates))
+    return _original_list()
+
+
+def install():
+    global _original, _original_list
+    try:
+        from torch._inductor import cpu_vec_isa
     except ImportError:
         return
     with _lock:
-        if _original is not None or not hasattr(VecISA, "_probe_load"):
+        if _original is not None or not hasattr(cpu_vec_isa.VecISA, "_probe_load"):
             return
-        _original = VecISA._probe_load
-        VecISA._probe_load = _probe_load
+        _original = cpu_vec_isa.VecISA._probe_load
+        cpu_vec_isa.VecISA._probe_load = _probe_load
+        if hasattr(cpu_vec_isa, "valid_vec_isa_list") and hasattr(cpu_vec_isa, "x86_isa_checker"):
+            _original_list = cpu_vec_isa.valid_vec_isa_list
+            cpu_vec_isa.valid_vec_isa_list = _valid_vec_isa_list
 
 
 def uninstall():
-    global _original
-    from torch._inductor.cpu_vec_isa import VecISA
+    global _original, _original_list
+    from torch._inductor import cpu_vec_isa
 
     with _lock:
         if _original is None:
             return
-        VecISA._probe_load, _original = _original, None
+        cpu_vec_isa.VecISA._probe_load, _original = _original, None
+        if _original_list is not None:
+            cpu_vec_isa.valid_vec_isa_list, _original_list = _original_list, None
 
 
 def stats():
