@@ -17,6 +17,7 @@
 #include "builders/remote_lookup.h"
 #include "jit/toolchain_loader.h"
 #include "runtime/registry.h"
+#include "support/cpu_time.h"
 #include "support/install_paths.h"
 #include "support/file_memo.h"
 #include "support/file_util.h"
@@ -83,11 +84,8 @@ Ops::~Ops() {
   m_pchs.reset();  // waits for PCH builds, which store into m_store
   if (m_remote) {
     m_remote->drain();  // publications under way finish (each bounded by the timeouts)
-    if (m_store)
-      for (auto& c : m_remote->take_counters())
-        m_store->count("remote|" + c.tier + "|" + cache::tier_counter_name(c.counter), c.value);
+    take_remote_counters();
   }
-  if (m_store && m_memory_hits.load()) m_store->count(cache::Counter::kHitsMemory, static_cast<int64_t>(m_memory_hits.load()));
   // Header hashes and toolchain fingerprints learnt by this process, for the next one (a
   // write only when something new was learnt).
   (void)FileMemo::instance().save();
@@ -238,8 +236,7 @@ bool Ops::lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out) {
   out.key = *key;
   out.cache = CacheOutcome::kDisk;
   if (!fill_outcome(**hit, out)) return false;
-  m_store->count(cache::Counter::kHitsDisk);
-  m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>((*hit)->record.compile_ms * 1000));
+  count_hit(cache::Counter::kHitsDisk, (*hit)->record);
   return true;
 }
 
@@ -301,6 +298,7 @@ cache::RemoteTiers* Ops::remote() {
 
 bool Ops::remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote) {
   std::optional<RemoteArtifact> got = fetch_through_manifest(remote, *m_store, input, spec);
+  take_remote_counters();
   if (!got) return false;
   out.key = got->artifact.record.key;
   if (!got->fetched) {
@@ -311,8 +309,7 @@ bool Ops::remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome&
                                    std::to_string(got->artifact.bytes.size()) + " bytes, checked" + (remote.signing() ? " and signed)" : ")"));
   out.cache = CacheOutcome::kRemote;
   if (!fill_outcome(got->artifact, out)) return false;
-  m_store->count(cache::Counter::kHitsRemote);
-  m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(got->artifact.record.compile_ms * 1000));
+  count_hit(cache::Counter::kHitsRemote, got->artifact.record);
   return true;
 }
 
@@ -374,7 +371,10 @@ void Ops::publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<
   }
   // Released once both are up: a node waiting on the lease then finds them.
   std::shared_ptr<cache::RemoteTiers::Lease> held(std::move(lease));
-  m_remote->publish(std::move(objects), [held]() mutable { held.reset(); });
+  m_remote->publish(std::move(objects), [this, held]() mutable {
+    held.reset();
+    take_remote_counters();  // ~Ops drains publications before it goes
+  });
 }
 
 Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target, const std::string& cuda_route) {
@@ -520,6 +520,9 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
     });
   KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, load_toolchain());
   m_compiles.fetch_add(1);
+  // CPU time, beside the wall time: this thread's (and helpers it joined, support/cpu_time.h)
+  // unless the toolchain measured its own threads, and the child processes it ran (nvcc).
+  int64_t cpu_start = work_cpu_us(), children_start = children_cpu_us();
   KILN_LOG_AT(kDebug, "compile", "op " + spec.name + ": " + toolchain->version() + " loaded");
   out.pch_used = pch.used;
   out.pch_building = pch.building;
@@ -533,6 +536,8 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
   }
   jit::CompileResult compiled = in.nvcc ? compile_with_nvcc_objects(*toolchain, request.compile, in.nvcc_sources, *in.nvcc, spec.name)
                                         : toolchain->compile(request.compile);
+  double cpu_ms = compiled.cpu_ms > 0 ? compiled.cpu_ms : static_cast<double>(work_cpu_us() - cpu_start) / 1000.0;
+  cpu_ms += static_cast<double>(children_cpu_us() - children_start) / 1000.0;
   out.failed_sources = compiled.failed_sources;
   KILN_LOG_AT(kInfo, "compile", "op " + spec.name + ": " + (compiled.success ? "compiled" : "failed") + " in " +
                                     std::to_string(compiled.compile_ms) + " ms");
@@ -557,11 +562,10 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
         if (spec.entries[i].instance_for(target.backend) == expr) out.kernels[i].symbol = lowered;
   }
   if (!m_store) return finish();
-  m_store->count(cache::Counter::kCompiles);
+  count_compile(out.compile_ms, cpu_ms);
   // A failure because an #include found nothing is not cached: creating that header changes
   // no input the key covers, and must still compile again.
   if (!out.success && !compiled.missing_files.empty()) return finish();
-  m_store->count(cache::Counter::kCompileUsSpent, static_cast<int64_t>(out.compile_ms * 1000));
 
   // The headers this compile read complete the key; a failed compile is keyed the same way
   // and stored with its diagnostics, so fixing any input (a new key) compiles again.
@@ -586,6 +590,7 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
   record.entry_points = out.success ? encode_kernels(out.kernels) : "";
   record.components = cache::encode_components(key.components);
   record.compile_ms = out.compile_ms;
+  record.compile_cpu_ms = cpu_ms;
   record.log = out.log;
   Status stored = m_store->put(record, out.success ? std::string_view(out.artifact) : encode_diagnostics(out.diagnostics));
   if (!stored.ok())
@@ -627,7 +632,7 @@ Result<std::shared_ptr<LoadedOp>> Ops::get(const std::string& op, const std::str
     std::lock_guard lock(m_mutex);
     if (auto it = m_loaded.find(slot_key); it != m_loaded.end()) {
       if (it->second->done && it->second->op) {
-        m_memory_hits.fetch_add(1, std::memory_order_relaxed);
+        if (m_store) m_store->count(cache::Counter::kHitsMemory);  // an atomic add to the counter page
         return it->second->op;  // the common case: a hash-map lookup
       }
       slot = it->second;
