@@ -39,11 +39,13 @@ Result<std::unique_ptr<CounterPage>> CounterPage::create(const std::string& fold
   std::string tmp = page->m_path + ".tmp";
   page->m_fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (page->m_fd < 0) return errno_status("cannot create the counter page " + tmp, errno);
+  // Its blocks allocated now, not sparse: a store to a mapped page the disk has no room for is a
+  // SIGBUS, where a failed allocation here is an error the Store goes on without.
   void* data = MAP_FAILED;
-  if (::flock(page->m_fd, LOCK_EX | LOCK_NB) == 0 && ::ftruncate(page->m_fd, k_page_size) == 0)
-    data = ::mmap(nullptr, k_page_size, PROT_READ | PROT_WRITE, MAP_SHARED, page->m_fd, 0);
+  int err = ::flock(page->m_fd, LOCK_EX | LOCK_NB) == 0 ? ::posix_fallocate(page->m_fd, 0, k_page_size) : errno;
+  if (err == 0) data = ::mmap(nullptr, k_page_size, PROT_READ | PROT_WRITE, MAP_SHARED, page->m_fd, 0);
   if (data == MAP_FAILED) {
-    Status st = errno_status("cannot set up the counter page " + tmp, errno);
+    Status st = errno_status("cannot set up the counter page " + tmp, err ? err : errno);
     ::unlink(tmp.c_str());
     return st;
   }

@@ -315,7 +315,6 @@ class Store {
   bool m_damage_reported = false;
   bool m_orphans_checked = false;  // journals and pages left by processes that died, looked for once
   bool m_journal_reported = false;  // an unreadable usage journal is said once per Store
-  bool m_page_reported = false;
 };
 
 }  // namespace kiln::cache

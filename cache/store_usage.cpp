@@ -85,15 +85,10 @@ const char* counter_name(Counter c) {
 CounterPage* Store::counter_page() {
   std::call_once(m_page_once, [this] {
     auto page = CounterPage::create(m_root + "/" + k_counter_folder);
-    if (!page.ok()) {
-      // A folder this process cannot write (a shared read-only cache): the counters stay in
-      // memory and go to the journal at close, if it can be written then.
-      if (m_options.report_notice && !m_page_reported) {
-        m_page_reported = true;
-        m_options.report_notice(page.status().message() + "; this process's counters are kept in memory until it closes");
-      }
-      return;
-    }
+    // A folder this process cannot write (a shared read-only cache, a full disk): the counters
+    // stay in memory and go to the journal at close, if it can be written then. Nothing is said:
+    // the same cause fails the store's writes, which say so once.
+    if (!page.ok()) return;
     for (size_t i = 0; i < m_page_slots.size(); ++i) m_page_slots[i] = (*page)->reserve(counter_name(static_cast<Counter>(i)));
     m_page = std::move(page).value();
   });
