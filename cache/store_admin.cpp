@@ -351,9 +351,18 @@ Status Store::clear() {
     });
     std::error_code ec, ec2;
     std::filesystem::remove_all(m_root + "/manifests", ec);
-    // The copies of groups of files; compiles under way keep their staging folders.
+    // The copies of groups of files, and the folders too once empty: compiles under way (staging
+    // folders younger than the grace period) keep theirs.
+    int64_t now = now_seconds();
+    std::string staging = m_root + "/files/staging";
+    for (auto it = std::filesystem::directory_iterator(staging, ec); !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      struct stat st{};
+      if (::lstat(it->path().c_str(), &st) == 0 && now - st.st_mtime >= k_grace_seconds) std::filesystem::remove_all(it->path(), ec2);
+    }
+    ::rmdir(staging.c_str());
     for (auto it = std::filesystem::directory_iterator(m_root + "/files", ec); !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
       if (it->path().filename() != "staging") std::filesystem::remove_all(it->path(), ec2);
+    ::rmdir((m_root + "/files").c_str());
   }
   unlock_store_locked();
   return st;
