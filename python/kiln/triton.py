@@ -295,6 +295,10 @@ def _target_of(metadata_json):
         return ""
 
 
+# (Triton's key, file name, driver target) -> kiln's key text of that group: a hit joins nothing.
+_key_texts = {}
+
+
 def _clocks():
     """(wall, this thread's CPU, child processes' CPU) now, in seconds."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -368,11 +372,20 @@ def _make_class():
         def _group_key(self, filename):
             key = self._group_keys.get(filename)
             if key is None:
-                parts = [_SCHEMA, "group", self.key, filename, "driver-target=" + _driver_target()]
+                target = _driver_target()
                 override = getattr(self._options, "ir_override", None)
-                if override:
-                    parts.append("ir-override=" + _file_digest(override))
-                key = self._group_keys[filename] = " | ".join(parts)  # printable: `kiln cache show` shows it
+                memo = None if override else (self.key, filename, target)  # an override's content is read each time
+                key = _key_texts.get(memo) if memo else None
+                if key is None:
+                    parts = [_SCHEMA, "group", self.key, filename, "driver-target=" + target]
+                    if override:
+                        parts.append("ir-override=" + _file_digest(override))
+                    key = " | ".join(parts)  # printable: `kiln cache show` shows it
+                    if memo:
+                        if len(_key_texts) >= 4096:
+                            _key_texts.clear()
+                        _key_texts[memo] = key
+                self._group_keys[filename] = key
             return key
 
         def _file_key(self, filename):
