@@ -8,13 +8,14 @@ side by side in one run:
             next on a shared VM, more than what is compared).
   inductor  one C++ kernel module of torch.compile found built: through kiln.inductor (Inductor's
             folder empty, kiln's store warm: what a second node or a fresh folder pays) against
-            Inductor's own folder with the .so in it (CppCodeCache.load, its memory cleared).
-            Alternating in one process.
+            Inductor's own folder with the .so in it (CppCodeCache.load, its memory cleared, a
+            fresh copy of the folder each time so that both sides dlopen a new .so). Alternating in
+            one process.
   torch     a torch C++ extension found built, in a fresh process each: kiln.torch.load against
             torch.utils.cpp_extension.load with its build folder warm (whole processes, `import
             torch` included on both sides, alternating).
 
-    tools/bench/store_hits.py [--only triton,inductor,torch] [--runs 3] [--reps 200] [--json FILE]
+    tools/bench/store_hits.py [--only triton,inductor,torch,files] [--runs 3] [--reps 200] [--json FILE]
 
 Prints one line per pair: median (min..max) of each side over the runs' medians, and the ratio.
 tools/bench/compare can import it: `rows = store_hits.measure(build, work, sections, runs, reps)`
@@ -78,42 +79,39 @@ if profile:
 print("RESULT " + json.dumps(out))
 """
 
-# sys.argv: reps, the folder with Inductor's own warm cache, a scratch folder. Prints RESULT
-# {"kiln": [ms...], "own": [ms...]} for CppCodeCache.load of one kernel module's source.
+# sys.argv: reps, a work folder. Prints RESULT {"kiln": [ms...], "own": [ms...]}: CppCodeCache.load of
+# one C++ kernel module Inductor generated, its memory cleared each time; kiln's side with
+# Inductor's folder empty (a fresh one each time) and kiln's store warm, Inductor's side with a fresh
+# copy of its warm folder (so that both load a .so neither has loaded before: a real dlopen each).
 INDUCTOR_HIT = r"""
-import json, os, sys, time, shutil
-reps, own_dir, scratch = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-os.environ["TORCHINDUCTOR_CACHE_DIR"] = own_dir
+import glob, json, os, shutil, sys, time
+reps, work = int(sys.argv[1]), sys.argv[2]
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(work, "gen")
+os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
 import torch
 from torch._inductor import codecache
 import kiln.inductor
-src = open(os.path.join(os.path.dirname(own_dir), "kernel.cpp")).read()
-def fresh(i):
-    d = os.path.join(scratch, "inductor-%d" % i)
-    shutil.rmtree(d, ignore_errors=True)
-    return d
-def load(name, i):
+fn = torch.compile(lambda x, y: (x * y + 1).relu().sum(-1))
+fn(torch.randn(64, 64), torch.randn(64, 64))
+sources = [p for p in glob.glob(os.path.join(work, "gen", "**", "*.cpp"), recursive=True) if "extern \"C\"" in open(p).read()]
+src = open(sorted(sources, key=os.path.getsize)[-1]).read()
+def load(folder, through_kiln):
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    (kiln.inductor.install if through_kiln else kiln.inductor.uninstall)()
     codecache.CppCodeCache.cache.clear()
-    if name == "kiln":
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = fresh(i)
-        kiln.inductor.install()
-    else:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = own_dir
-        kiln.inductor.uninstall()
     t = time.perf_counter()
     codecache.CppCodeCache.load(src)
     return (time.perf_counter() - t) * 1000
-if reps == 0:  # fill: Inductor's own folder (g++), then kiln's store (a compile through kiln)
-    load("own", 0)
-    load("kiln", 0)
-    print("RESULT {}")
-    sys.exit(0)
-for i in range(3):  # warm both paths in this process
-    load("own", i); load("kiln", i)
+own = os.path.join(work, "own")
+load(own, False)                                  # Inductor's own folder, built by g++
+load(os.path.join(work, "kiln-fill"), True)       # kiln's store, built through kiln
 out = {"kiln": [], "own": []}
 for i in range(reps):
-    for s in (("kiln", "own") if i % 2 else ("own", "kiln")):
-        out[s].append(load(s, i))
+    copy = os.path.join(work, "own-%d" % i)
+    shutil.copytree(own, copy)
+    fresh = os.path.join(work, "kiln-%d" % i)
+    for side in (("kiln", "own") if i % 2 else ("own", "kiln")):
+        out[side].append(load(fresh, True) if side == "kiln" else load(copy, False))
 print("RESULT " + json.dumps(out))
 """
 
@@ -241,13 +239,36 @@ def files_rows(build, work, runs, reps):
              "kiln_how": "kiln.Context.find_files (the group's stamp, then a stat of the blob and of each file)", "peer_how": ""}]
 
 
-SECTIONS = {"triton": triton_rows, "torch": torch_rows, "files": files_rows}
+def inductor_rows(build, work, runs, reps):
+    script = os.path.join(work, "inductor_hit.py")
+    with open(script, "w") as f:
+        f.write(INDUCTOR_HIT)
+    n = max(5, reps // 20)
+    per_run = []
+    for r in range(runs):
+        folder = os.path.join(work, "inductor-%d" % r)
+        os.makedirs(folder)
+        # One kiln store for every run: the runs after the first find its PCH and kernel stored.
+        per_run.append(_run([VENV_PYTHON, script, str(n), folder], _env(build, {"KILN_CACHE_DIR": os.path.join(work, "inductor-kiln")})))
+    return [{"section": "inductor",
+             "what": "one C++ kernel module of torch.compile found built, in a resident process (CppCodeCache.load, its memory "
+                     "cleared; median of %d per side and run, alternating)" % n,
+             "kiln": [statistics.median(r["kiln"]) for r in per_run], "peer": [statistics.median(r["own"]) for r in per_run],
+             "kiln_how": "kiln.inductor installed, Inductor's folder empty (a fresh one each time), kiln's store warm",
+             "peer_how": "Inductor's own folder with the .so in it (a fresh copy each time: a dlopen on both sides)"}]
 
 
-def measure(build, work, sections, runs, reps):
+SECTIONS = {"triton": triton_rows, "inductor": inductor_rows, "torch": torch_rows, "files": files_rows}
+
+
+def measure(build, work, sections, runs, reps, each=None):
+    """The rows of `sections`; `each(rows)` is told each section's rows as they come."""
     rows = []
     for name in sections:
-        rows += SECTIONS[name](build, work, runs, reps)
+        got = SECTIONS[name](build, work, runs, reps)
+        if each:
+            each(got)
+        rows += got
     return rows
 
 
@@ -257,7 +278,7 @@ def _spread(samples):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", default="triton,torch", help="sections, comma-separated: " + ", ".join(SECTIONS))
+    p.add_argument("--only", default="triton,inductor,torch,files", help="sections, comma-separated: " + ", ".join(SECTIONS))
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--build", default=os.environ.get("KILN_BUILD_DIR", os.path.join(ROOT, "build")))
@@ -276,17 +297,21 @@ def main():
             _run([VENV_PYTHON, script, "0"], env)
             _run([VENV_PYTHON, script, str(a.reps)], env)
             return 0
-        rows = measure(os.path.abspath(a.build), work, [s for s in a.only.split(",") if s], a.runs, a.reps)
+        rows = measure(os.path.abspath(a.build), work, [s for s in a.only.split(",") if s], a.runs, a.reps, each=_print)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+def _print(rows):
     for r in rows:
         if not r["peer"]:
             print("%-8s %s\n         kiln %s" % (r["section"], r["what"], _spread(r["kiln"]).replace(" ms", "")))
             continue
         k, o = statistics.median(r["kiln"]), statistics.median(r["peer"])
-        print("%-8s %s\n         kiln %s | peer %s | peer/kiln %.2fx" % (r["section"], r["what"], _spread(r["kiln"]), _spread(r["peer"]), o / k))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 0
+        print("%-8s %s\n         kiln %s | peer %s | peer/kiln %.2fx" % (r["section"], r["what"], _spread(r["kiln"]), _spread(r["peer"]), o / k),
+              flush=True)
 
 
 if __name__ == "__main__":
