@@ -5,7 +5,6 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <ctime>
 
 #include "cache/blob.h"
@@ -29,9 +28,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& root_in, StoreOpti
   return std::unique_ptr<Store>(new Store(root, options));
 }
 
-Store::Store(std::string root, StoreOptions options) : m_root(std::move(root)), m_options(std::move(options)) {
-  m_last_flush_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+Store::Store(std::string root, StoreOptions options) : m_root(std::move(root)), m_options(std::move(options)) {}
 
 Store::~Store() {
   {

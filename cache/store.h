@@ -303,7 +303,7 @@ class Store {
   std::unordered_map<std::string, sqlite3_stmt*> m_statements;
   int m_lock_fd = -1;  // <root>/index.lock
   std::unordered_map<Hash128, uint64_t, Hash128Hasher> m_pending_hits;
-  int64_t m_last_flush_ns = 0;  // steady clock
+  int64_t m_last_flush_ns = 0;  // steady clock; 0 until the first hit
   // Counters kept in memory only when the page cannot be made (written to the journal at close).
   std::array<int64_t, static_cast<size_t>(Counter::kCount)> m_pending_counters{};
   std::map<std::string, int64_t> m_pending_named;

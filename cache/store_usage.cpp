@@ -116,8 +116,9 @@ void Store::count(const std::string& name, int64_t delta) {
 void Store::count_hit(const Hash128& key) {
   std::lock_guard lock(m_mutex);
   ++m_pending_hits[key];
-  if (m_pending_hits.size() >= k_usage_flush_threshold || steady_ns() - m_last_flush_ns >= k_usage_flush_interval_ns)
-    (void)flush_locked();
+  int64_t now = steady_ns();
+  if (!m_last_flush_ns) m_last_flush_ns = now;  // the first hit starts the second
+  if (m_pending_hits.size() >= k_usage_flush_threshold || now - m_last_flush_ns >= k_usage_flush_interval_ns) (void)flush_locked();
 }
 
 Status Store::flush_usage() {

@@ -112,6 +112,32 @@ TEST(OpsCountersTest, ARemoteHitAndTheTiersFiguresMoveByWhatTheyDid) {
   EXPECT_GE(m[tier + "hits"], 2);  // the manifest, then the artifact
   EXPECT_GT(m[tier + "bytes_in"], 0);
   EXPECT_GT(m[tier + "us"], 0);
+  // An op no node has published: the tier is asked and has nothing.
+  before = counters(b.path());
+  ASSERT_TRUE(second->get("axpby").ok());
+  second->wait_background();
+  m = moved(before, counters(b.path()));
+  EXPECT_EQ(m[tier + "misses"], 2);  // looked for under the node's lock, then again under the cluster's lease
+  EXPECT_EQ(m[tier + "hits"], 0);
+  EXPECT_EQ(m["compiles"], 1);
+}
+
+TEST(OpsCountersTest, ATierThatCannotBeReachedCountsOneErrorThenSkipsUntilItsBreakerCloses) {
+  testing::TempDir cache;
+  std::string url = "redis://127.0.0.1:1";  // nothing listens on port 1
+  std::string tier = "remote|" + url + "|";
+  auto before = counters(cache.path());
+  {
+    auto ops = make_ops(cache.path(), url);
+    ASSERT_TRUE(ops->get("vector_add").ok());
+    ASSERT_TRUE(ops->get("axpby").ok());
+    ops->wait_background();
+  }
+  auto m = moved(before, counters(cache.path()));
+  EXPECT_EQ(m[tier + "errors"], 1);
+  EXPECT_GE(m[tier + "skipped"], 2);  // each op's lookups, lease and publication while the breaker is open
+  EXPECT_EQ(m[tier + "hits"] + m[tier + "misses"], 0);
+  EXPECT_EQ(m["compiles"], 2);
 }
 
 }  // namespace
