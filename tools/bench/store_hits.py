@@ -11,11 +11,13 @@ side by side in one run:
             Inductor's own folder with the .so in it (CppCodeCache.load, its memory cleared, a
             fresh copy of the folder each time so that both sides dlopen a new .so). Alternating in
             one process.
+  triton-lookup
+            the cache's part of that hit alone: get_cache_manager(key).get_group(name).
   torch     a torch C++ extension found built, in a fresh process each: kiln.torch.load against
             torch.utils.cpp_extension.load with its build folder warm (whole processes, `import
             torch` included on both sides, alternating).
 
-    tools/bench/store_hits.py [--only triton,inductor,torch,files] [--runs 3] [--reps 200] [--json FILE]
+    tools/bench/store_hits.py [--only triton,triton-lookup,inductor,torch,files] [--runs 3] [--reps 200] [--json FILE]
 
 Prints one line per pair: median (min..max) of each side over the runs' medians, and the ratio.
 tools/bench/compare can import it: `rows = store_hits.measure(build, work, sections, runs, reps)`
@@ -76,6 +78,38 @@ if profile:
         triton.compile(src, target=tk.TARGET, options=opt)
     pr.disable()
     pstats.Stats(pr, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
+print("RESULT " + json.dumps(out))
+"""
+
+# sys.argv: reps. Prints RESULT {side: [us...]}: the cache's part of a hit alone, for the matmul:
+# get_cache_manager(key) then get_group(name), as triton.compile calls them, alternating.
+TRITON_LOOKUP = r"""
+import json, os, sys, time
+import torch, triton, triton_kernels as tk
+import triton.compiler.compiler as cc
+from triton.runtime import cache as tc
+src, opt = tk.sources()["matmul"]
+seen = {}
+def spy(key):
+    seen["key"] = key
+    return tc.get_cache_manager(key)
+cc.get_cache_manager = spy
+def side(name):
+    if name == "kiln":
+        os.environ["TRITON_CACHE_MANAGER"] = "kiln.triton:CacheManager"
+    else:
+        os.environ.pop("TRITON_CACHE_MANAGER", None)
+for s in ("kiln", "own"):
+    side(s)
+    triton.compile(src, target=tk.TARGET, options=opt)
+key, name = seen["key"], src.name + ".json"
+out = {"kiln": [], "own": []}
+for i in range(int(sys.argv[1]) * 10):
+    for s in (("kiln", "own") if i % 2 else ("own", "kiln")):
+        side(s)
+        t = time.perf_counter()
+        assert tc.get_cache_manager(key).get_group(name)
+        out[s].append((time.perf_counter() - t) * 1e6)
 print("RESULT " + json.dumps(out))
 """
 
@@ -227,6 +261,18 @@ def torch_rows(build, work, runs, reps):
              "kiln_how": "kiln.torch.load(name, [source])", "peer_how": "torch.utils.cpp_extension.load(name, [source]), build folder warm"}]
 
 
+def triton_lookup_rows(build, work, runs, reps):
+    script = os.path.join(work, "triton_lookup.py")
+    with open(script, "w") as f:
+        f.write(TRITON_LOOKUP)
+    env = _env(build, {"KILN_CACHE_DIR": os.path.join(work, "lookup-kiln"), "TRITON_CACHE_DIR": os.path.join(work, "lookup-own")})
+    per_run = [_run([VENV_PYTHON, script, str(reps)], env) for _ in range(runs)]
+    return [{"section": "triton", "what": "the cache's part of the matmul's hit alone: get_cache_manager(key).get_group(name) (us; "
+                                          "median of %d per side and run, alternating)" % (reps * 10),
+             "kiln": [statistics.median(r["kiln"]) for r in per_run], "peer": [statistics.median(r["own"]) for r in per_run],
+             "kiln_how": "kiln.triton's CacheManager", "peer_how": "Triton's FileCacheManager", "unit": "us"}]
+
+
 def files_rows(build, work, runs, reps):
     script = os.path.join(work, "files_hit.py")
     with open(script, "w") as f:
@@ -236,7 +282,8 @@ def files_rows(build, work, runs, reps):
     return [{"section": "files", "what": "find_files of a settled group of 8 files, 720 KB, in a resident process (us; median of %d "
                                         "per run)" % (reps * 10),
              "kiln": [statistics.median(r["kiln"]) for r in per_run], "peer": None,
-             "kiln_how": "kiln.Context.find_files (the group's stamp, then a stat of the blob and of each file)", "peer_how": ""}]
+             "kiln_how": "kiln.Context.find_files (the group's stamp, then a stat of the blob and of each file)", "peer_how": "",
+             "unit": "us"}]
 
 
 def inductor_rows(build, work, runs, reps):
@@ -258,7 +305,8 @@ def inductor_rows(build, work, runs, reps):
              "peer_how": "Inductor's own folder with the .so in it (a fresh copy each time: a dlopen on both sides)"}]
 
 
-SECTIONS = {"triton": triton_rows, "inductor": inductor_rows, "torch": torch_rows, "files": files_rows}
+SECTIONS = {"triton": triton_rows, "triton-lookup": triton_lookup_rows, "inductor": inductor_rows, "torch": torch_rows,
+            "files": files_rows}
 
 
 def measure(build, work, sections, runs, reps, each=None):
@@ -272,13 +320,13 @@ def measure(build, work, sections, runs, reps, each=None):
     return rows
 
 
-def _spread(samples):
-    return "%.3f ms (%.3f..%.3f)" % (statistics.median(samples), min(samples), max(samples))
+def _spread(samples, unit="ms"):
+    return "%.3f %s (%.3f..%.3f)" % (statistics.median(samples), unit, min(samples), max(samples))
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", default="triton,inductor,torch,files", help="sections, comma-separated: " + ", ".join(SECTIONS))
+    p.add_argument("--only", default="triton,triton-lookup,inductor,torch,files", help="sections, comma-separated: " + ", ".join(SECTIONS))
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--build", default=os.environ.get("KILN_BUILD_DIR", os.path.join(ROOT, "build")))
@@ -307,10 +355,11 @@ def main():
 def _print(rows):
     for r in rows:
         if not r["peer"]:
-            print("%-8s %s\n         kiln %s" % (r["section"], r["what"], _spread(r["kiln"]).replace(" ms", "")))
+            print("%-8s %s\n         kiln %s" % (r["section"], r["what"], _spread(r["kiln"], r.get("unit", "ms"))))
             continue
         k, o = statistics.median(r["kiln"]), statistics.median(r["peer"])
-        print("%-8s %s\n         kiln %s | peer %s | peer/kiln %.2fx" % (r["section"], r["what"], _spread(r["kiln"]), _spread(r["peer"]), o / k),
+        print("%-8s %s\n         kiln %s | peer %s | peer/kiln %.2fx" % (r["section"], r["what"], _spread(r["kiln"], r.get("unit", "ms")),
+                                                                            _spread(r["peer"], r.get("unit", "ms")), o / k),
               flush=True)
 
 
