@@ -15,23 +15,13 @@
 #include "cache/file_group.h"
 #include "cache/store.h"
 #include "support/file_util.h"
+#include "tests/cache/record_for.h"
 #include "tests/test_util.h"
 
 namespace kiln::cache {
 namespace {
 
-ArtifactRecord record_for(const std::string& name) {
-  ArtifactRecord r;
-  r.key = xxh3_128(name);
-  r.input_key = xxh3_128("input of " + name);
-  r.manifest = "spec:h.h\t00112233445566778899aabbccddeeff\n";
-  r.op = name;
-  r.target = "cpu:x86-64-v3";
-  r.kind = "host-so";
-  r.toolchain = "test";
-  r.entry_points = name + ":8";
-  return r;
-}
+using testing_records::record_for;
 
 std::vector<std::string> pages(const std::string& root) {
   std::vector<std::string> out;

@@ -12,25 +12,13 @@
 #include <random>
 
 #include "support/file_util.h"
+#include "tests/cache/record_for.h"
 #include "tests/test_util.h"
 
 namespace kiln::cache {
 namespace {
 
-ArtifactRecord record_for(const std::string& name) {
-  ArtifactRecord r;
-  r.key = xxh3_128(name);
-  r.input_key = xxh3_128("input of " + name);
-  r.manifest = "spec:h.h\t00112233445566778899aabbccddeeff\n";
-  r.op = name;
-  r.target = "cpu:x86-64-v3";
-  r.kind = "host-so";
-  r.toolchain = "test";
-  r.entry_points = name + ":8";
-  r.components = "target\tcpu:x86-64-v3\n";
-  r.compile_ms = 12.5;
-  return r;
-}
+using testing_records::record_for;
 
 int64_t sql_int(const std::string& db_path, const std::string& sql) {
   sqlite3* db = nullptr;

@@ -15,21 +15,14 @@ import time
 import pytest
 
 from conftest import run_python
-
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
-if HAVE_TRITON:
-    import kiln.triton
-    SUPPORTED, WHY = kiln.triton.supported()
-else:
-    SUPPORTED, WHY = False, "Triton is not installed in this Python (%s)" % sys.executable
-needs_triton = pytest.mark.skipif(not SUPPORTED, reason=WHY)
+from test_triton import kiln_cli as built_cli
+from test_triton import needs_triton, triton_env
 
 
 def kiln_cli():
-    import kiln
-    cli = os.path.normpath(os.path.join(os.path.dirname(kiln.__file__), "..", "..", "bin", "kiln"))
-    if not os.path.exists(cli):
-        pytest.skip("no kiln command beside this kiln package (%s)" % cli)
+    cli = built_cli()
+    if not cli:
+        pytest.skip("the kiln command is not built beside this kiln package (build/bin/kiln)")
     return cli
 
 
@@ -38,11 +31,6 @@ def cache_json(cache_dir, *args):
                           text=True)
     assert done.returncode in (0, 1), done.stderr
     return json.loads(done.stdout), done
-
-
-def triton_env(cache_dir, tmp_path):
-    return {"KILN_CACHE_DIR": str(cache_dir), "TRITON_CACHE_MANAGER": "kiln.triton:CacheManager",
-            "TRITON_CACHE_DIR": str(tmp_path / "triton-own"), "TRITON_DEFAULT_FP_FUSION": "1", "KILN_REMOTE_CACHE": ""}
 
 
 COMPILE = """
