@@ -313,7 +313,7 @@ FileGroup files_of(builders::Ops& ops, const cache::MappedArtifact& artifact, co
                                  files.status().message());
   cache::MaterializedFiles placed = value_or_throw(cache::materialize_file_group(
       ops.store()->root(), artifact.record.key, files.value(), ops.store()->blob_path(artifact.record.key), blob_read,
-      static_cast<int64_t>(artifact.record.compile_ms * 1000)));
+      cache::CompileCost{static_cast<int64_t>(artifact.record.compile_ms * 1000), static_cast<int64_t>(artifact.record.compile_cpu_ms * 1000)}));
   FileGroup out;
   out.key = artifact.record.key.hex();
   out.folder = std::move(placed.folder);
@@ -329,7 +329,7 @@ std::optional<FileGroup> placed_files(builders::Ops& ops, const Hash128& key) {
   std::optional<cache::PlacedFiles> placed = cache::placed_file_group(store.root(), key, store.blob_path(key));
   if (!placed) return std::nullopt;
   store.count_hit(key);  // what Store::map counts for a hit that reads the blob
-  ops.count_disk_hit(placed->compile_us);
+  ops.count_disk_hit(placed->cost);
   FileGroup out;
   out.key = key.hex();
   out.folder = std::move(placed->files.folder);
@@ -415,10 +415,11 @@ FileGroup Context::store_files(const std::string& kind, const std::string& key, 
   record.target = info.target;
   record.toolchain = info.toolchain;
   record.compile_ms = info.compile_ms;
+  record.compile_cpu_ms = info.compile_cpu_ms;
   record.log = info.log;
   std::unique_ptr<builders::Claim> held = claim ? std::move(claim->m_impl->claim) : nullptr;
   std::string bytes = cache::encode_file_group(views);
-  cache::MappedArtifact stored = value_or_throw(ops.store_external(std::move(record), std::move(bytes), std::move(held), keep_first));
+  cache::MappedArtifact stored = value_or_throw(ops.store_external(std::move(record), std::move(bytes), std::move(held), keep_first, info.compiled));
   FileGroup out = files_of(ops, stored, "stored", std::nullopt);  // just written: nothing settled to stamp
   // With keep_first, another writer's group may have been there first: then it is the one given back.
   if (keep_first && cache::decode_file_group(stored.bytes).value() != views) out.cache_source = "disk";

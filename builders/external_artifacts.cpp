@@ -40,22 +40,41 @@ std::optional<cache::MappedArtifact> Ops::remote_lookup_external(const Hash128& 
   if (got) {
     KILN_LOG_AT(kInfo, "remote", got->record.kind + " " + got->record.op + ": artifact " + key.hex() + " from a remote tier (" +
                                      std::to_string(got->bytes.size()) + " bytes, checked" + (remote.signing() ? " and signed)" : ")"));
-    m_store->count(cache::Counter::kHitsRemote);
-    m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(got->record.compile_ms * 1000));
+    count_hit(cache::Counter::kHitsRemote, got->record);
   }
+  take_remote_counters();
   return got;
 }
 
-void Ops::count_disk_hit(int64_t compile_us_saved) {
+void Ops::count_disk_hit(cache::CompileCost saved) {
   m_store->count(cache::Counter::kHitsDisk);
-  m_store->count(cache::Counter::kCompileUsSaved, compile_us_saved);
+  m_store->count(cache::Counter::kCompileWallUsSaved, saved.wall_us);
+  m_store->count(cache::Counter::kCompileCpuUsSaved, saved.cpu_us);
+}
+
+void Ops::count_hit(cache::Counter tier, const cache::ArtifactRecord& record) {
+  m_store->count(tier);
+  m_store->count(cache::Counter::kCompileWallUsSaved, static_cast<int64_t>(record.compile_ms * 1000));
+  m_store->count(cache::Counter::kCompileCpuUsSaved, static_cast<int64_t>(record.compile_cpu_ms * 1000));
+}
+
+void Ops::count_compile(double wall_ms, double cpu_ms) {
+  m_store->count(cache::Counter::kCompiles);
+  m_store->count(cache::Counter::kCompileWallUsSpent, static_cast<int64_t>(wall_ms * 1000));
+  m_store->count(cache::Counter::kCompileCpuUsSpent, static_cast<int64_t>(cpu_ms * 1000));
+}
+
+void Ops::take_remote_counters() {
+  if (!m_store || !m_remote) return;
+  for (auto& c : m_remote->take_counters())
+    m_store->count("remote|" + c.tier + "|" + cache::tier_counter_name(c.counter), c.value);
 }
 
 Result<std::optional<cache::MappedArtifact>> Ops::local_external(const Hash128& key, CacheOutcome* source) {
   KILN_ASSIGN_OR_RETURN(std::optional<cache::MappedArtifact> hit, m_store->map(key));
   if (hit) {
     if (source) *source = CacheOutcome::kDisk;
-    count_disk_hit(static_cast<int64_t>(hit->record.compile_ms * 1000));
+    count_hit(cache::Counter::kHitsDisk, hit->record);
   }
   return hit;
 }
@@ -96,7 +115,7 @@ Result<std::optional<cache::MappedArtifact>> Ops::find_or_claim_external(const H
 }
 
 Result<cache::MappedArtifact> Ops::store_external(cache::ArtifactRecord record, std::string bytes, std::unique_ptr<Claim> claim,
-                                            bool keep_first) {
+                                                  bool keep_first, bool compiled) {
   if (!m_store) return Status(StatusCode::kUnavailable, "no kiln cache to store " + record.kind + " " + record.op + " in");
   record.input_key = record.key;
   record.manifest.clear();
@@ -105,8 +124,7 @@ Result<cache::MappedArtifact> Ops::store_external(cache::ArtifactRecord record, 
     if (first) return std::move(*first);  // the claim goes with this frame
   }
   KILN_RETURN_IF_ERROR(m_store->put(record, bytes, cache::Compression::kNone));
-  m_store->count(cache::Counter::kCompiles);
-  m_store->count(cache::Counter::kCompileUsSpent, static_cast<int64_t>(record.compile_ms * 1000));
+  if (compiled) count_compile(record.compile_ms, record.compile_cpu_ms);
   std::unique_ptr<cache::RemoteTiers::Lease> lease;
   if (claim) {
     lease = std::move(claim->lease);

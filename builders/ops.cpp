@@ -1,3 +1,6 @@
+// The ops API (builders/ops.h): setting up, finding specs, the lookup of an op's artifact through
+// its manifest, and its compile on a miss. Loading is in op_loading.cpp, one compile per key across
+// processes and nodes in single_flight.cpp, other compilers' artifacts in external_artifacts.cpp.
 #include "builders/ops.h"
 
 #include <dirent.h>
@@ -6,17 +9,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
-#include <set>
-#include <thread>
 
 #include "cache/cache_key.h"
-#include "cache/key_lock.h"
 #include "jit/hiprtc/hiprtc_toolchain.h"
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #include "builders/nvcc_route.h"
-#include "builders/remote_lookup.h"
 #include "jit/toolchain_loader.h"
 #include "runtime/registry.h"
+#include "support/cpu_time.h"
 #include "support/install_paths.h"
 #include "support/file_memo.h"
 #include "support/file_util.h"
@@ -74,20 +74,12 @@ std::string BuildOutcome::diagnostics_text() const {
   return out;
 }
 
-Result<runtime::Kernel*> LoadedOp::kernel(std::string_view name) const {
-  if (name.empty()) name = m_spec.entries.front().name;
-  return m_module->kernel(name);
-}
-
 Ops::~Ops() {
   m_pchs.reset();  // waits for PCH builds, which store into m_store
   if (m_remote) {
     m_remote->drain();  // publications under way finish (each bounded by the timeouts)
-    if (m_store)
-      for (auto& c : m_remote->take_counters())
-        m_store->count("remote|" + c.tier + "|" + cache::tier_counter_name(c.counter), c.value);
+    take_remote_counters();
   }
-  if (m_store && m_memory_hits.load()) m_store->count(cache::Counter::kHitsMemory, static_cast<int64_t>(m_memory_hits.load()));
   // Header hashes and toolchain fingerprints learnt by this process, for the next one (a
   // write only when something new was learnt).
   (void)FileMemo::instance().save();
@@ -238,8 +230,7 @@ bool Ops::lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out) {
   out.key = *key;
   out.cache = CacheOutcome::kDisk;
   if (!fill_outcome(**hit, out)) return false;
-  m_store->count(cache::Counter::kHitsDisk);
-  m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>((*hit)->record.compile_ms * 1000));
+  count_hit(cache::Counter::kHitsDisk, (*hit)->record);
   return true;
 }
 
@@ -260,116 +251,6 @@ bool Ops::fill_outcome(cache::Artifact& a, BuildOutcome& out) {
     out.kernels = std::move(kernels).value();
   }
   return true;
-}
-
-cache::RemoteTiers* Ops::remote() {
-  std::call_once(m_remote_once, [this] {
-    if (m_tier_configs.empty() || !m_store) return;
-    cache::RemoteOptions o;
-    o.tiers = m_tier_configs;
-    auto seconds = [&](cache::SettingKey k, std::chrono::milliseconds& out) -> Status {
-      KILN_ASSIGN_OR_RETURN(double v, m_settings.seconds(k));
-      out = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
-      return {};
-    };
-    Status st = seconds(cache::SettingKey::kConnectTimeout, o.connect_timeout);
-    if (st.ok()) st = seconds(cache::SettingKey::kTimeout, o.io_timeout);
-    if (st.ok()) st = seconds(cache::SettingKey::kLease, o.lease);
-    if (st.ok()) st = seconds(cache::SettingKey::kBreaker, o.breaker);
-    if (st.ok()) st = seconds(cache::SettingKey::kWait, m_remote_wait);
-    if (st.ok() && o.lease.count() < 300) st = invalid_argument("remote.lease must be at least 0.3 s");
-    const std::string& secret_file = m_settings.get(cache::SettingKey::kSecretFile);
-    if (st.ok() && !secret_file.empty()) {
-      auto secret = cache::read_secret_file(secret_file);
-      if (secret.ok()) o.secret = std::move(secret).value();
-      else st = secret.status();
-    }
-    o.ca_file = m_settings.get(cache::SettingKey::kCaFile);
-    o.cert_file = m_settings.get(cache::SettingKey::kCertFile);
-    o.key_file = m_settings.get(cache::SettingKey::kKeyFile);
-    o.report = [this](const std::string& kind, const std::string& message) { warn_once("remote " + kind, message); };
-    // Chunks of a large artifact whose fetch failed part way wait here for the next try.
-    o.spool_dir = m_store->root() + "/remote-chunks";
-    if (st.ok()) {
-      auto tiers = cache::RemoteTiers::create(std::move(o));
-      if (tiers.ok()) m_remote = std::move(tiers).value();
-      else st = tiers.status();
-    }
-    // A remote that cannot be set up must not stop ops from running: say so, compile here.
-    if (!st.ok()) warn_once("remote-setup", "remote cache tiers are off: " + st.message());
-  });
-  return m_remote.get();
-}
-
-bool Ops::remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote) {
-  std::optional<RemoteArtifact> got = fetch_through_manifest(remote, *m_store, input, spec);
-  if (!got) return false;
-  out.key = got->artifact.record.key;
-  if (!got->fetched) {
-    out.cache = CacheOutcome::kDisk;
-    return fill_outcome(got->artifact, out);
-  }
-  KILN_LOG_AT(kInfo, "remote", "op " + spec.name + ": artifact " + out.key.hex() + " from a remote tier (" +
-                                   std::to_string(got->artifact.bytes.size()) + " bytes, checked" + (remote.signing() ? " and signed)" : ")"));
-  out.cache = CacheOutcome::kRemote;
-  if (!fill_outcome(got->artifact, out)) return false;
-  m_store->count(cache::Counter::kHitsRemote);
-  m_store->count(cache::Counter::kCompileUsSaved, static_cast<int64_t>(got->artifact.record.compile_ms * 1000));
-  return true;
-}
-
-bool Ops::wait_for_cluster(const Hash128& key, const std::string& what, const std::function<bool(cache::RemoteTiers&)>& look_remote,
-                           cache::RemoteTiers& remote, std::unique_ptr<cache::RemoteTiers::Lease>& lease) {
-  if (!remote.has_leases()) return false;
-  // Woken when the holder releases its lease (polling only as a fallback): cache/remote_lease.cpp.
-  auto waited = remote.wait_for_holder(key, m_remote_wait, [&] { return look_remote(remote); });
-  switch (waited.state) {
-    case cache::RemoteTiers::WaitState::kFound:
-      return true;
-    case cache::RemoteTiers::WaitState::kTaken:
-      lease = std::move(waited.lease);
-      // Whoever held it before may have published and released between our look and now.
-      return look_remote(remote);
-    case cache::RemoteTiers::WaitState::kTimedOut:
-      warn_once("remote-wait", "waited " + std::to_string(m_remote_wait.count() / 1000) + " s for another node compiling " + what +
-                                   "; compiling here too");
-      return false;
-    case cache::RemoteTiers::WaitState::kNone:
-      return false;
-  }
-  return false;
-}
-
-bool Ops::single_flight(const Hash128& key, const std::string& what, const std::function<bool()>& look,
-                        const std::function<bool(cache::RemoteTiers&)>& look_remote, Claim& claim) {
-  if (!m_store) return false;
-  // One compile per key across processes: wait for whoever is compiling these inputs, then
-  // look again. A waiter that times out compiles itself rather than hang.
-  claim.lock.emplace(cache::KeyLock::acquire(m_store->root(), key, m_lock_timeout));
-  // Look again under the lock, whether or not we waited: another process may have stored
-  // the artifact and released the lock between our first lookup and our taking it.
-  if (look()) return true;
-  if (!claim.lock->held() && claim.lock->waited())
-    warn_once("lock-timeout", "waited too long for another process compiling " + what + "; compiling here too");
-  // Then the cluster: a remote tier may have it, or another node may be compiling it now.
-  cache::RemoteTiers* tiers = remote();
-  return tiers && (look_remote(*tiers) || wait_for_cluster(key, what, look_remote, *tiers, claim.lease));
-}
-
-void Ops::publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<cache::RemoteTiers::Lease> lease) {
-  // What the local store now holds, byte for byte: the blob file and the manifest.
-  auto blob = read_file(m_store->blob_path(key));
-  if (!blob.ok()) return;  // the lease goes with this frame
-  std::vector<cache::RemoteTiers::Publication> objects;
-  objects.push_back({cache::RemoteObject::kArtifact, key, std::move(blob).value()});
-  if (!(input_key == key)) {  // an external artifact has no manifest: its caller's key is its key
-    auto manifest = m_store->get_manifest(input_key);
-    if (!manifest.ok() || !manifest->has_value()) return;
-    objects.push_back({cache::RemoteObject::kManifest, input_key, std::move(**manifest)});
-  }
-  // Released once both are up: a node waiting on the lease then finds them.
-  std::shared_ptr<cache::RemoteTiers::Lease> held(std::move(lease));
-  m_remote->publish(std::move(objects), [held]() mutable { held.reset(); });
 }
 
 Result<Ops::Inputs> Ops::inputs_for(const OpSpec& spec, const Target& target, const std::string& cuda_route) {
@@ -515,6 +396,9 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
     });
   KILN_ASSIGN_OR_RETURN(jit::Toolchain * toolchain, load_toolchain());
   m_compiles.fetch_add(1);
+  // CPU time, beside the wall time: this thread's (and helpers it joined, support/cpu_time.h)
+  // unless the toolchain measured its own threads, and the child processes it ran (nvcc).
+  int64_t cpu_start = work_cpu_us(), children_start = children_cpu_us();
   KILN_LOG_AT(kDebug, "compile", "op " + spec.name + ": " + toolchain->version() + " loaded");
   out.pch_used = pch.used;
   out.pch_building = pch.building;
@@ -528,6 +412,8 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
   }
   jit::CompileResult compiled = in.nvcc ? compile_with_nvcc_objects(*toolchain, request.compile, in.nvcc_sources, *in.nvcc, spec.name)
                                         : toolchain->compile(request.compile);
+  double cpu_ms = compiled.cpu_ms > 0 ? compiled.cpu_ms : static_cast<double>(work_cpu_us() - cpu_start) / 1000.0;
+  cpu_ms += static_cast<double>(children_cpu_us() - children_start) / 1000.0;
   out.failed_sources = compiled.failed_sources;
   KILN_LOG_AT(kInfo, "compile", "op " + spec.name + ": " + (compiled.success ? "compiled" : "failed") + " in " +
                                     std::to_string(compiled.compile_ms) + " ms");
@@ -552,11 +438,10 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
         if (spec.entries[i].instance_for(target.backend) == expr) out.kernels[i].symbol = lowered;
   }
   if (!m_store) return finish();
-  m_store->count(cache::Counter::kCompiles);
+  count_compile(out.compile_ms, cpu_ms);
   // A failure because an #include found nothing is not cached: creating that header changes
   // no input the key covers, and must still compile again.
   if (!out.success && !compiled.missing_files.empty()) return finish();
-  m_store->count(cache::Counter::kCompileUsSpent, static_cast<int64_t>(out.compile_ms * 1000));
 
   // The headers this compile read complete the key; a failed compile is keyed the same way
   // and stored with its diagnostics, so fixing any input (a new key) compiles again.
@@ -581,6 +466,7 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
   record.entry_points = out.success ? encode_kernels(out.kernels) : "";
   record.components = cache::encode_components(key.components);
   record.compile_ms = out.compile_ms;
+  record.compile_cpu_ms = cpu_ms;
   record.log = out.log;
   Status stored = m_store->put(record, out.success ? std::string_view(out.artifact) : encode_diagnostics(out.diagnostics));
   if (!stored.ok())
@@ -589,123 +475,6 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
   else if (tiers)
     publish(record.key, input.key, std::move(claim.lease));
   return finish();
-}
-
-Result<OpBuilder> Ops::create_op_builder(const std::string& op, const std::string& target_text) {
-  OpBuilder b;
-  b.m_ops = this;
-  KILN_ASSIGN_OR_RETURN(b.m_spec, find_spec(op));
-  KILN_ASSIGN_OR_RETURN(b.m_target, parse_target(target_text.empty() ? m_accelerator->native_target() : target_text));
-  return b;
-}
-
-Status OpBuilder::is_compatible() const {
-  KILN_RETURN_IF_ERROR(builders::is_compatible(m_spec, m_target));
-  KILN_ASSIGN_OR_RETURN(runtime::Accelerator * acc, m_ops->accelerator_for(m_target));
-  Target built_for = effective_target(m_spec.flags, m_target);
-  return acc->can_load(artifact_kind_for(built_for), built_for.str());
-}
-
-void Ops::wait_background() {
-  if (m_pchs) m_pchs->wait();
-}
-
-Result<BuildOutcome> OpBuilder::build() const { return m_ops->build(m_spec, m_target); }
-
-Result<std::shared_ptr<LoadedOp>> OpBuilder::load() const { return m_ops->get(m_spec.name, m_target.str()); }
-
-Result<std::shared_ptr<LoadedOp>> Ops::get(const std::string& op, const std::string& target_text) {
-  std::string target_str = target_text.empty() ? m_accelerator->native_target() : target_text;
-  std::string slot_key = op + "@" + target_str;
-  std::shared_ptr<Slot> slot;
-  {
-    std::lock_guard lock(m_mutex);
-    if (auto it = m_loaded.find(slot_key); it != m_loaded.end()) {
-      if (it->second->done && it->second->op) {
-        m_memory_hits.fetch_add(1, std::memory_order_relaxed);
-        return it->second->op;  // the common case: a hash-map lookup
-      }
-      slot = it->second;
-    }
-  }
-  bool builder = false;
-  if (!slot) {
-    // A new slot is locked before anyone else can see it, and outside m_mutex, so the two
-    // mutexes are only ever taken in one order (slot, then m_mutex).
-    auto fresh = std::make_shared<Slot>();
-    fresh->mutex.lock();
-    std::lock_guard lock(m_mutex);
-    auto& s = m_loaded[slot_key];
-    if (!s) {
-      s = fresh;
-      builder = true;
-    }
-    slot = s;
-    if (!builder) fresh->mutex.unlock();
-  }
-  if (!builder) {
-    std::lock_guard wait(slot->mutex);  // blocks until the building thread is done
-    if (slot->op) return slot->op;
-    return slot->error;  // the same failure, without compiling again
-  }
-  auto target = parse_target(target_str);
-  Result<std::shared_ptr<LoadedOp>> result = target.ok() ? load(op, target.value()) : Result<std::shared_ptr<LoadedOp>>(target.status());
-  {
-    std::lock_guard lock(m_mutex);
-    if (result.ok()) {
-      slot->op = result.value();
-      slot->done = true;
-    } else {
-      slot->error = result.status();
-      m_loaded.erase(slot_key);  // not remembered: a later call tries again (the source may be fixed)
-    }
-  }
-  slot->mutex.unlock();
-  return result;
-}
-
-Result<runtime::Accelerator*> Ops::accelerator_for(const Target& target) {
-  // Any accelerator that runs the target's artifacts will do, the chosen one first: a
-  // plug-in that runs host code takes cpu targets.
-  if (target.backend == m_accelerator->name() || m_accelerator->can_load(artifact_kind_for(target), target.str()).ok())
-    return m_accelerator;
-  return runtime::get_accelerator(target.backend);
-}
-
-Result<std::shared_ptr<LoadedOp>> Ops::load(const std::string& name, const Target& target) {
-  KILN_ASSIGN_OR_RETURN(OpSpec spec, find_spec(name));
-  return load_spec(std::move(spec), target);
-}
-
-Result<std::shared_ptr<LoadedOp>> Ops::load_spec(OpSpec spec, const std::string& target_text) {
-  KILN_ASSIGN_OR_RETURN(Target target, parse_target(target_text.empty() ? m_accelerator->native_target() : target_text));
-  return load_spec(std::move(spec), target);
-}
-
-Result<std::shared_ptr<LoadedOp>> Ops::load_spec(OpSpec spec, const Target& target) {
-  const std::string name = spec.name;
-  KILN_ASSIGN_OR_RETURN(runtime::Accelerator * accelerator, accelerator_for(target));
-  // An artifact this device cannot run (a CPU level it lacks, a newer GPU) is refused before
-  // it is even looked up.
-  Target built_for = effective_target(spec.flags, target);  // an op's instruction-set flags may raise it
-  KILN_RETURN_IF_ERROR(accelerator->can_load(artifact_kind_for(built_for), built_for.str()));
-  KILN_ASSIGN_OR_RETURN(BuildOutcome outcome, build(spec, target));
-  if (!outcome.success)
-    return Status(StatusCode::kCompileError, "op " + name + " does not compile for " + target.str() + ":\n" + outcome.diagnostics_text());
-  runtime::ModuleImage image{outcome.kind, outcome.target, outcome.artifact, outcome.kernels, "op " + name};
-  image.derived_cache = m_derived.get();
-  double load_start = log_clock_ms();
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<runtime::Module> module, accelerator->load_module(image));
-  KILN_LOG_AT(kDebug, "load", "op " + name + ": " + outcome.kind + " loaded on " + std::string(accelerator->name()) + " in " +
-                                  std::to_string(log_clock_ms() - load_start) + " ms");
-  auto loaded = std::make_shared<LoadedOp>();
-  loaded->m_spec = std::move(spec);
-  outcome.artifact.clear();
-  outcome.artifact.shrink_to_fit();
-  loaded->m_outcome = std::move(outcome);
-  loaded->m_accelerator = accelerator;
-  loaded->m_module = std::move(module);
-  return loaded;
 }
 
 }  // namespace kiln::builders

@@ -27,6 +27,7 @@
 #include "builders/precompiled_headers.h"
 #include "builders/spec.h"
 #include "builders/target.h"
+#include "cache/file_group.h"
 #include "cache/key_lock.h"
 #include "cache/remote.h"
 #include "cache/settings.h"
@@ -189,11 +190,13 @@ class Ops {
   // lock) and uploaded (the lease). keep_first: when the key is already stored, that artifact
   // stays and is returned (first writer wins), and nothing is published. Stored uncompressed:
   // a hit then maps it and copies nothing (a 700 KB Triton matmul group: ~0.4 ms less a hit).
+  // `compiled`: what is stored is what a compile made (counted as one, with its wall and CPU
+  // time); false for what merely accompanies one (Triton's record of a compile's arguments).
   Result<cache::MappedArtifact> store_external(cache::ArtifactRecord record, std::string bytes, std::unique_ptr<Claim> claim,
-                                               bool keep_first);
+                                               bool keep_first, bool compiled = true);
   // A hit on an external artifact from this node's disk, counted with the compile time it saved
   // (also for the hits the API serves from a group's stamped folder, which read no blob).
-  void count_disk_hit(int64_t compile_us_saved);
+  void count_disk_hit(cache::CompileCost saved);
 
   Result<OpSpec> find_spec(const std::string& op) const;
   // The accelerator that runs a target: the chosen one when it matches, else by name.
@@ -254,6 +257,13 @@ class Ops {
   void publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<cache::RemoteTiers::Lease> lease);
   // Prints `message` the first time a warning of this `kind` comes up in this Ops.
   void warn_once(const std::string& kind, const std::string& message);
+  // A hit from `tier` (kHitsDisk, kHitsRemote), with what the compile it spared cost.
+  void count_hit(cache::Counter tier, const cache::ArtifactRecord& record);
+  // A compile that made an artifact: its wall and CPU time (cache/store.h: both, named so).
+  void count_compile(double wall_ms, double cpu_ms);
+  // The remote tiers' figures so far, into the store's counters (each remote call ends with it,
+  // so a process that is killed loses none that finished).
+  void take_remote_counters();
 
   // What build() knows before it looks anything up.
   struct Inputs {
@@ -308,7 +318,6 @@ class Ops {
   std::mutex m_mutex;
   std::unordered_map<std::string, std::shared_ptr<Slot>> m_loaded;  // "op@target"
   std::atomic<uint64_t> m_compiles{0};
-  std::atomic<uint64_t> m_memory_hits{0};  // written to the store's counters on destruction
   std::mutex m_warn_mutex;
   std::set<std::string> m_warned;
   std::mutex m_routes_mutex;

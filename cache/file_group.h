@@ -51,21 +51,33 @@ struct MaterializedFiles {
   std::string folder;
   std::vector<std::pair<std::string, std::string>> paths;
 };
-// `files` were just read from the checked blob at `blob_path`, which took `compile_us` to make
-// (kept in the stamp, for the hits that do not read the blob to count). `blob_read`: the blob's
-// identity taken before it was read; a folder found equal is stamped only when the blob still
-// stats so (nullopt: never, e.g. for files that did not come from the blob).
+// What making the group cost (wall and CPU microseconds), kept in the stamp for the hits that do
+// not read the blob to count what they saved.
+struct CompileCost {
+  int64_t wall_us = 0, cpu_us = 0;
+};
+// `files` were just read from the checked blob at `blob_path`, which took `cost` to make.
+// `blob_read`: the blob's identity taken before it was read; a folder found equal is stamped only
+// when the blob still stats so (nullopt: never, e.g. for files that did not come from the blob).
 Result<MaterializedFiles> materialize_file_group(const std::string& cache_root, const Hash128& key, const FileViews& files,
                                                  const std::string& blob_path, const std::optional<FileIdentity>& blob_read,
-                                                 int64_t compile_us);
+                                                 CompileCost cost);
 
 // The group's folder, when its stamp says its files and the blob at `blob_path` are as they
 // were when last found equal; nullopt otherwise (then read the blob and materialize).
 struct PlacedFiles {
   MaterializedFiles files;
-  int64_t compile_us = 0;
+  CompileCost cost;
 };
 std::optional<PlacedFiles> placed_file_group(const std::string& cache_root, const Hash128& key, const std::string& blob_path);
+
+// What the group in `bytes` takes once handed out (its files' bytes and, at most, its stamp's), for
+// the size cap; nullopt when `bytes` is not a group of files.
+std::optional<uint64_t> placed_size_of(std::string_view bytes);
+
+// Removes the folder that hands out the group of `key`, if any (its artifact is gone). A reader
+// holding its files keeps them: the folder is renamed away before it is removed.
+void remove_placed_files(const std::string& cache_root, const Hash128& key);
 
 // For `kiln cache verify`: false when the group's folder is handed out on its stamp and differs
 // from `files` (then it is removed, so the next hit puts the files back); true otherwise (a

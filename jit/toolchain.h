@@ -127,6 +127,9 @@ struct CompileResult {
   // A host library: the indexes of the sources that did not compile, ascending.
   std::vector<size_t> failed_sources;
   double compile_ms = 0;
+  // The CPU time of every thread the compile ran on (support/cpu_time.h), when the toolchain
+  // measures it; 0: it does not (the caller measures its own thread).
+  double cpu_ms = 0;
   // How many header files the compiler's preprocessor read itself, not through a precompiled
   // header: 0 when a PCH stood for every header. Empty when the toolchain does not say (NVRTC).
   std::optional<size_t> headers_parsed;

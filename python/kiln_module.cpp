@@ -501,7 +501,7 @@ PYBIND11_MODULE(_kiln, m) {
       .def("store_files", [](kiln::Context& c, const std::string& kind, const std::string& key,
                              const std::vector<std::pair<std::string, py::bytes>>& files, const std::string& label,
                              const std::string& target, const std::string& toolchain, double compile_ms, kiln::Claim* claim,
-                             bool keep_first) {
+                             bool keep_first, double compile_cpu_ms, bool compiled) {
             std::vector<std::pair<std::string, std::string>> contents;
             for (auto& [name, data] : files) contents.emplace_back(name, std::string(data));
             kiln::ArtifactInfo info;
@@ -509,6 +509,8 @@ PYBIND11_MODULE(_kiln, m) {
             info.target = target;
             info.toolchain = toolchain;
             info.compile_ms = compile_ms;
+            info.compile_cpu_ms = compile_cpu_ms;
+            info.compiled = compiled;
             kiln::FileGroup stored;
             {
               py::gil_scoped_release release;
@@ -516,5 +518,6 @@ PYBIND11_MODULE(_kiln, m) {
             }
             return file_group_dict(stored);
           }, py::arg("kind"), py::arg("key"), py::arg("files"), py::arg("label") = "", py::arg("target") = "",
-          py::arg("toolchain") = "", py::arg("compile_ms") = 0.0, py::arg("claim") = nullptr, py::arg("keep_first") = false);
+          py::arg("toolchain") = "", py::arg("compile_ms") = 0.0, py::arg("claim") = nullptr, py::arg("keep_first") = false,
+          py::arg("compile_cpu_ms") = 0.0, py::arg("compiled") = true);
 }

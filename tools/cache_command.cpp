@@ -17,15 +17,19 @@ const char* const k_cache_help = R"(usage: kiln cache <command> [options]
 
 commands:
   stats                     counters (hits per tier, misses, compiles, compile time spent and
-                            saved, evictions, repairs), the size of the cache, and for each
-                            remote tier its hits, misses, errors, rejected objects, bytes, time
+                            saved as wall and as CPU time, evictions, repairs, adopted blobs),
+                            what the cache keeps against its cap, and for each remote tier its
+                            hits, misses, errors, rejected objects, bytes, time
   ls [--op NAME] [--target T]
                             the stored artifacts (and cached compile errors)
   show KEY                  one entry by key or unique key prefix, with its compiler log
-  gc [--max-size SIZE]      evict least recently used entries down to SIZE (default: the cap,
-                            the max_size setting or 5G), remove stale temporaries and orphans
-  verify                    read and check every entry and the files a group hands out (Triton's);
-                            damaged ones are removed (exit 1 if any)
+  gc [--max-size SIZE]      remove what writers that died left and what fails its checks, adopt
+                            valid blobs the index lacks, then evict least recently used entries
+                            until everything the cache keeps fits in SIZE (default: the cap,
+                            the max_size setting or 5G)
+  verify [--repair]         read and check every entry and the files a group hands out (Triton's);
+                            damaged ones are removed; blobs the index lacks are reported, and
+                            with --repair adopted (exit 1 if anything was wrong)
   clear                     remove every entry
   explain SPEC [--target T] why is this op not a hit? names what differs from the nearest entry
   pack FILE [--op NAME]... [--target T]...
@@ -95,10 +99,13 @@ int stats(const ParsedArgs& args, cache::Store& store) {
   auto tiers = tier_counters(c);
   if (args.has("--json")) {
     std::cout << "{\"hits\":" << hits << ",\"misses\":" << c["misses"] << ",\"compiles\":" << c["compiles"]
-              << ",\"evictions\":" << c["evictions"] << ",\"repairs\":" << c["repairs"] << ",\"bytes\":" << s->bytes
+              << ",\"evictions\":" << c["evictions"] << ",\"repairs\":" << c["repairs"] << ",\"adopted\":" << c["adopted"]
+              << ",\"bytes\":" << s->bytes << ",\"blob_bytes\":" << s->blob_bytes << ",\"other_bytes\":" << s->other_bytes
               << ",\"hits_memory\":" << c["hits_memory"] << ",\"hits_disk\":" << c["hits_disk"] << ",\"hits_remote\":" << c["hits_remote"]
-              << ",\"compile_ms_spent\":" << fixed(c["compile_us_spent"] / 1000.0, 3)
-              << ",\"compile_ms_saved\":" << fixed(c["compile_us_saved"] / 1000.0, 3) << ",\"artifacts\":" << s->artifacts
+              << ",\"compile_wall_ms_spent\":" << fixed(c["compile_wall_us_spent"] / 1000.0, 3)
+              << ",\"compile_cpu_ms_spent\":" << fixed(c["compile_cpu_us_spent"] / 1000.0, 3)
+              << ",\"compile_wall_ms_saved\":" << fixed(c["compile_wall_us_saved"] / 1000.0, 3)
+              << ",\"compile_cpu_ms_saved\":" << fixed(c["compile_cpu_us_saved"] / 1000.0, 3) << ",\"artifacts\":" << s->artifacts
               << ",\"raw_bytes\":" << s->raw_bytes << ",\"max_bytes\":" << s->max_bytes << ",\"root\":" << json_string(store.root())
               << ",\"remote_tiers\":[";
     for (size_t i = 0; i < tiers.size(); ++i) {
@@ -109,19 +116,24 @@ int stats(const ParsedArgs& args, cache::Store& store) {
     std::cout << "]}\n";
     return 0;
   }
-  double ratio = s->bytes ? static_cast<double>(s->raw_bytes) / static_cast<double>(s->bytes) : 0;
+  double ratio = s->blob_bytes ? static_cast<double>(s->raw_bytes) / static_cast<double>(s->blob_bytes) : 0;
   std::cout << "cache folder        " << store.root() << "\n"
             << "artifacts           " << s->artifacts << "\n"
-            << "size                " << human_size(s->bytes) << " of " << human_size(s->max_bytes) << " ("
-            << human_size(s->raw_bytes) << " before compression, " << fixed(ratio, 2) << "x)\n"
+            << "size                " << human_size(s->bytes + s->other_bytes) << " of " << human_size(s->max_bytes) << ": artifacts "
+            << human_size(s->bytes) << " (blobs " << human_size(s->blob_bytes) << ", " << fixed(ratio, 2)
+            << "x compressed; copies handed out and manifests " << human_size(s->bytes - s->blob_bytes) << "), index, journals and staging "
+            << human_size(s->other_bytes) << "\n"
             << "hits                " << hits << " (memory " << c["hits_memory"] << ", disk " << c["hits_disk"] << ", remote "
             << c["hits_remote"] << ")\n"
             << "misses              " << c["misses"] << "\n"
             << "compiles            " << c["compiles"] << "\n"
-            << "compile time spent  " << fixed(c["compile_us_spent"] / 1e6, 2) << " s\n"
-            << "compile time saved  " << fixed(c["compile_us_saved"] / 1e6, 2) << " s\n"
+            << "compile time spent  " << fixed(c["compile_wall_us_spent"] / 1e6, 2) << " s wall, " << fixed(c["compile_cpu_us_spent"] / 1e6, 2)
+            << " s CPU\n"
+            << "compile time saved  " << fixed(c["compile_wall_us_saved"] / 1e6, 2) << " s wall, " << fixed(c["compile_cpu_us_saved"] / 1e6, 2)
+            << " s CPU\n"
             << "evictions           " << c["evictions"] << "\n"
-            << "repairs             " << c["repairs"] << "\n";
+            << "repairs             " << c["repairs"] << "\n"
+            << "adopted             " << c["adopted"] << " (blobs the index lacked, indexed again)\n";
   for (auto& [tier, t] : tiers) {
     auto get = [&](const char* n) { auto it = t.find(n); return it == t.end() ? int64_t{0} : it->second; };
     std::cout << "remote " << tier << "\n"
@@ -182,35 +194,41 @@ int gc(const ParsedArgs& args, cache::Store& store) {
   if (!r.ok()) return fail(r.status());
   if (args.has("--json")) {
     std::cout << "{\"evicted\":" << r->evicted << ",\"bytes_freed\":" << r->bytes_freed << ",\"bytes\":" << r->bytes_after
-              << ",\"temporaries_removed\":" << r->temporaries_removed << ",\"orphans_removed\":" << r->orphans_removed << "}\n";
+              << ",\"other_bytes\":" << r->other_bytes << ",\"temporaries_removed\":" << r->temporaries_removed
+              << ",\"orphans_removed\":" << r->orphans_removed << ",\"adopted\":" << r->adopted << "}\n";
   } else {
     std::cout << "evicted " << r->evicted << " entries (" << human_size(r->bytes_freed) << "); the cache holds "
-              << human_size(r->bytes_after) << " of " << human_size(target) << "; removed " << r->temporaries_removed
-              << " stale temporaries and " << r->orphans_removed << " orphan blobs\n";
+              << human_size(r->bytes_after + r->other_bytes) << " of " << human_size(target) << " (artifacts " << human_size(r->bytes_after)
+              << ", index, journals and staging " << human_size(r->other_bytes) << "); removed " << r->temporaries_removed
+              << " stale temporaries and " << r->orphans_removed << " damaged blobs or copies of artifacts gone; adopted " << r->adopted
+              << " valid blobs the index lacked\n";
   }
   return 0;
 }
 
 int verify(const ParsedArgs& args, cache::Store& store) {
-  auto r = store.verify();
+  auto r = store.verify(args.has("--repair"));
   if (!r.ok()) return fail(r.status());
   if (args.has("--json")) {
     std::cout << "{\"checked\":" << r->checked << ",\"ok\":" << r->ok << ",\"damaged\":" << r->damaged
-              << ",\"missing\":" << r->missing << ",\"orphans\":" << r->orphans << ",\"problems\":[";
+              << ",\"missing\":" << r->missing << ",\"unindexed\":" << r->unindexed << ",\"adopted\":" << r->adopted
+              << ",\"problems\":[";
     for (size_t i = 0; i < r->problems.size(); ++i) std::cout << (i ? "," : "") << json_string(r->problems[i]);
     std::cout << "],\"files_differing\":[";
     for (size_t i = 0; i < r->files_differing.size(); ++i) std::cout << (i ? "," : "") << json_string(r->files_differing[i]);
     std::cout << "]}\n";
   } else {
-    for (auto& p : r->problems) std::cerr << "kiln: damaged: " << p << " (removed; it will be compiled again)\n";
+    for (auto& p : r->problems)
+      std::cerr << "kiln: " << (p.find("not in the index") != std::string::npos ? p : "damaged: " + p + " (removed; it will be compiled again)")
+                << "\n";
     for (auto& p : r->files_differing)
       std::cerr << "kiln: damaged: the files handed out for " << p << " differ from it (removed; they are put back from it on their next use)\n";
     std::cout << "checked " << r->checked << ": " << r->ok << " ok, " << r->damaged << " damaged, " << r->missing
-              << " missing; " << r->orphans << " blobs not in the index";
+              << " missing; " << r->unindexed << " blobs not in the index" << (args.has("--repair") ? ", " + std::to_string(r->adopted) + " adopted" : "");
     if (!r->files_differing.empty()) std::cout << "; the files of " << r->files_differing.size() << " of the ok ones differed";
     std::cout << "\n";
   }
-  return r->damaged + r->missing + r->files_differing.size() == 0 ? 0 : 1;
+  return r->damaged + r->missing + r->unindexed + r->files_differing.size() == 0 ? 0 : 1;
 }
 
 int clear(const ParsedArgs& args, cache::Store& store) {
@@ -314,7 +332,7 @@ int unpack(const ParsedArgs& args, cache::Store& store, const GlobalOptions& glo
 }  // namespace
 
 int cmd_cache(const std::vector<std::string>& argv, const GlobalOptions& global) {
-  auto args = parse_args(argv, {"--op", "--target", "--max-size", "--spec-dir"}, {"--json", "--help", "-h"});
+  auto args = parse_args(argv, {"--op", "--target", "--max-size", "--spec-dir"}, {"--json", "--repair", "--help", "-h"});
   if (!args.ok()) return usage_error(args.status().message(), k_cache_help);
   if (args->has("--help") || args->has("-h") || args->positional.empty()) {
     std::cout << k_cache_help;

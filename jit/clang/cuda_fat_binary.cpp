@@ -67,6 +67,7 @@
 #include "jit/spirv/spirv_validate.h"
 #include "jit/toolchain.h"
 #include "support/cuda_fatbin.h"
+#include "support/cpu_time.h"
 #include "support/cuda_module_format.h"
 #include "support/cuda_toolkit.h"
 #include "support/log.h"
@@ -112,9 +113,15 @@ static bool compile_cuda_passes(const SourceFile& source, size_t index, const Co
                               nullptr, &pass);
   };
   std::vector<std::thread> threads;
-  for (size_t i = 1; i < n; ++i) threads.emplace_back(device, i);
+  std::atomic<int64_t> helpers_cpu_us{0};  // support/cpu_time.h
+  for (size_t i = 1; i < n; ++i)
+    threads.emplace_back([&, i] {
+      device(i);
+      helpers_cpu_us.fetch_add(work_cpu_us());
+    });
   device(0);
   for (auto& t : threads) t.join();
+  add_joined_helpers_cpu_us(helpers_cpu_us.load());
   bool ok = true;
   std::set<std::string> seen;
   for (size_t i = 0; i < n; ++i) {

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <atomic>
 #include <filesystem>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "support/cpu_time.h"
 #include "support/cuda_toolkit.h"
 #include "support/elf_build_id.h"
 
@@ -247,9 +249,15 @@ Result<LinkedModule> link_lto(const std::vector<std::string>& irs, const std::ve
   // As for single sources: the architectures' links share nothing, so they run at once.
   std::vector<Result<std::string>> linked(archs.size(), Result<std::string>(std::string()));
   std::vector<std::thread> helpers;
-  for (size_t i = 1; i < archs.size(); ++i) helpers.emplace_back([&, i] { linked[i] = link_lto_once(irs, archs[i], false); });
+  std::atomic<int64_t> helpers_cpu_us{0};  // support/cpu_time.h
+  for (size_t i = 1; i < archs.size(); ++i)
+    helpers.emplace_back([&, i] {
+      linked[i] = link_lto_once(irs, archs[i], false);
+      helpers_cpu_us.fetch_add(work_cpu_us());
+    });
   linked[0] = link_lto_once(irs, archs[0], false);
   for (auto& t : helpers) t.join();
+  add_joined_helpers_cpu_us(helpers_cpu_us.load());
   for (size_t i = 0; i < archs.size(); ++i) {
     if (!linked[i].ok()) return linked[i].status();
     out.cubins[archs[i]] = std::move(linked[i]).value();
@@ -265,9 +273,15 @@ Result<std::map<int, std::string>> cubins_for_target(std::string_view ptx, const
 Result<std::map<int, std::string>> link_cubins(std::string_view ptx, const std::vector<int>& archs) {
   std::vector<Result<std::string>> linked(archs.size(), Result<std::string>(std::string()));
   std::vector<std::thread> helpers;
-  for (size_t i = 1; i < archs.size(); ++i) helpers.emplace_back([&, i] { linked[i] = link_cubin(ptx, archs[i]); });
+  std::atomic<int64_t> helpers_cpu_us{0};  // support/cpu_time.h
+  for (size_t i = 1; i < archs.size(); ++i)
+    helpers.emplace_back([&, i] {
+      linked[i] = link_cubin(ptx, archs[i]);
+      helpers_cpu_us.fetch_add(work_cpu_us());
+    });
   if (!archs.empty()) linked[0] = link_cubin(ptx, archs[0]);
   for (auto& t : helpers) t.join();
+  add_joined_helpers_cpu_us(helpers_cpu_us.load());
   std::map<int, std::string> out;
   for (size_t i = 0; i < archs.size(); ++i) {
     if (!linked[i].ok()) return linked[i].status();

@@ -224,11 +224,14 @@ class Context:
         return self._ctx.find_or_claim_files(kind, key)
 
     def store_files(self, kind, key, files, label="", target="", toolchain="", compile_ms=0.0, claim=None,
-                    keep_first=False):
+                    keep_first=False, compile_cpu_ms=0.0, compiled=True):
         """Stores [(name, bytes)] as one artifact, publishes it, ends `claim`; keep_first: a group
-        stored already stays and is returned (first writer wins). Returns the stored group."""
+        stored already stays and is returned (first writer wins). compile_ms / compile_cpu_ms: what
+        making it cost in wall and CPU time; compiled=False for what is not a compile's output (it is
+        then not counted as a compile). Returns the stored group."""
         return self._ctx.store_files(kind, key, [(n, bytes(d)) for n, d in files], label=label, target=target,
-                                     toolchain=toolchain, compile_ms=compile_ms, claim=claim, keep_first=keep_first)
+                                     toolchain=toolchain, compile_ms=compile_ms, claim=claim, keep_first=keep_first,
+                                     compile_cpu_ms=compile_cpu_ms, compiled=compiled)
 
 
 _lock = threading.Lock()

@@ -167,3 +167,25 @@ TEST_F(FilesTest, BadKindsKeysAndNamesAreRefusedWithTheReason) {
 }
 
 }  // namespace
+
+// Every folder the C++ API makes for a new cache (and above it) is private: the cache, its
+// blobs, manifests, locks, counter pages, and the folders a group's files are handed out in.
+TEST_F(FilesTest, EveryFolderTheApiMakesIsPrivate) {
+  TempDir top;
+  kiln::Options o = none();
+  o.cache_dir = top.path() + "/new/deeper/cache";
+  kiln::Context ctx(o);
+  ASSERT_EQ(ctx.cache_dir(), o.cache_dir);
+  auto got = ctx.find_or_claim_files("triton-group", "private");
+  ASSERT_FALSE(got.found.has_value());
+  kiln::FileGroup stored = ctx.store_files("triton-group", "private", k_group, {}, got.claim.get());
+  ASSERT_TRUE(std::filesystem::exists(stored.folder));
+  std::vector<std::string> open;
+  for (auto& e : std::filesystem::recursive_directory_iterator(top.path() + "/new"))
+    if (e.is_directory() && (e.status().permissions() & std::filesystem::perms::all) != std::filesystem::perms::owner_all)
+      open.push_back(e.path().string());
+  EXPECT_TRUE(open.empty()) << open.front();
+  EXPECT_EQ(std::filesystem::status(top.path() + "/new").permissions() & std::filesystem::perms::all, std::filesystem::perms::owner_all);
+  EXPECT_TRUE(std::filesystem::exists(o.cache_dir + "/locks"));
+  EXPECT_TRUE(std::filesystem::exists(o.cache_dir + "/counters"));
+}

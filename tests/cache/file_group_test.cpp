@@ -57,13 +57,14 @@ class FileGroupTest : public ::testing::Test {
     auto mapped = m_store->map(key).value();
     EXPECT_TRUE(mapped.has_value());
     FileViews files = decode_file_group(mapped->bytes).value();
-    return materialize_file_group(m_dir.path(), key, files, m_store->blob_path(key), blob_read, 120'000).value();
+    return materialize_file_group(m_dir.path(), key, files, m_store->blob_path(key), blob_read, CompileCost{120'000, 90'000}).value();
   }
 
   // A stamp written by hand over the folder as it is now: what a disk's damage under an
   // unchanged ctime, or a forger, leaves (no real component can be made to show it on demand).
   void forge_stamp(const MaterializedFiles& placed, const Hash128& key, const std::vector<std::string>& names) {
-    std::string out = "kiln-files-checked 1\n";
+    std::string out = "kiln-files-checked 2\n";
+    put_count(out, 0);
     put_count(out, 0);
     put_count(out, names.size());
     FileIdentity blob = file_identity(m_store->blob_path(key)).value();
@@ -106,7 +107,8 @@ TEST_F(FileGroupTest, AFolderIsHandedOutOnItsStampOnlyOnceItsFilesHaveSettled) {
   auto hit = stamped(key);
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->files.folder, first.folder);
-  EXPECT_EQ(hit->compile_us, 120'000);
+  EXPECT_EQ(hit->cost.wall_us, 120'000);
+  EXPECT_EQ(hit->cost.cpu_us, 90'000);
   expect_whole(hit->files);
 }
 
@@ -178,7 +180,7 @@ TEST_F(FileGroupTest, AStampNamingAFileOutsideItsFolderOrABlobReadBeforeItWasSto
   ASSERT_EQ(put("other"), other);
   let_settle();
   FileViews files = views_of(k_files);
-  materialize_file_group(m_dir.path(), other, files, m_store->blob_path(other), read, 0).value();
+  materialize_file_group(m_dir.path(), other, files, m_store->blob_path(other), read, CompileCost{}).value();
   EXPECT_FALSE(stamped(other).has_value());
   place(other);  // read afresh: stamped
   EXPECT_TRUE(stamped(other).has_value());

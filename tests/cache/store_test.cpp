@@ -12,25 +12,13 @@
 #include <random>
 
 #include "support/file_util.h"
+#include "tests/cache/record_for.h"
 #include "tests/test_util.h"
 
 namespace kiln::cache {
 namespace {
 
-ArtifactRecord record_for(const std::string& name) {
-  ArtifactRecord r;
-  r.key = xxh3_128(name);
-  r.input_key = xxh3_128("input of " + name);
-  r.manifest = "spec:h.h\t00112233445566778899aabbccddeeff\n";
-  r.op = name;
-  r.target = "cpu:x86-64-v3";
-  r.kind = "host-so";
-  r.toolchain = "test";
-  r.entry_points = name + ":8";
-  r.components = "target\tcpu:x86-64-v3\n";
-  r.compile_ms = 12.5;
-  return r;
-}
+using testing_records::record_for;
 
 int64_t sql_int(const std::string& db_path, const std::string& sql) {
   sqlite3* db = nullptr;
@@ -235,28 +223,36 @@ TEST(StoreTest, AnUnreadableUsageJournalIsOneNoticeAndTheIndexStillAnswers) {
   EXPECT_NE(notices[0].find("cannot append to the usage journal " + dir / "usage"), std::string::npos) << notices[0];
 }
 
+std::string incompressible(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::string out(n, '\0');
+  for (auto& c : out) c = static_cast<char>(rng());
+  return out;
+}
+
 TEST(StoreTest, PastItsCapTheLeastRecentlyUsedAreEvicted) {
+  // The cap holds everything the store keeps: its artifacts and its other files (the index
+  // itself, here some tens of KB of it).
   testing::TempDir dir;
   StoreOptions options;
-  options.max_bytes = 20000;
+  options.max_bytes = 2'000'000;
   auto store = Store::open(dir.path(), options).value();
   std::vector<ArtifactRecord> records;
   for (int i = 0; i < 12; ++i) {
     records.push_back(record_for("op_" + std::to_string(i)));
     records.back().created = 1000 + i;  // oldest first
-    std::mt19937 rng(i);
-    std::string incompressible(3000, '\0');
-    for (auto& c : incompressible) c = static_cast<char>(rng());
-    ASSERT_TRUE(store->put(records.back(), incompressible).ok());
+    ASSERT_TRUE(store->put(records.back(), incompressible(300'000, i)).ok());
   }
   auto stats = store->statistics().value();
-  EXPECT_LE(stats.bytes, options.max_bytes);
+  EXPECT_LE(stats.bytes + stats.other_bytes, options.max_bytes);
+  EXPECT_GT(stats.other_bytes, 0u);
   EXPECT_GT(stats.counters["evictions"], 0);
+  EXPECT_EQ(stats.counters["evictions"] + static_cast<int64_t>(stats.artifacts), 12);
   EXPECT_FALSE(store->get(records.front().key)->has_value());  // oldest gone
   EXPECT_TRUE(store->get(records.back().key)->has_value());    // newest kept
   // Blob files went with their rows.
   size_t files = 0;
-  for (auto& e : std::filesystem::recursive_directory_iterator(dir / "blobs")) files += e.is_regular_file();
+  for (auto& e : std::filesystem::recursive_directory_iterator(dir / "blobs")) files += e.path().extension() == ".blob";
   EXPECT_EQ(files, stats.artifacts);
 }
 
@@ -264,16 +260,17 @@ TEST(StoreTest, GcToASizeKeepsTheRecentlyUsed) {
   testing::TempDir dir;
   auto store = Store::open(dir.path()).value();
   auto old_one = record_for("old"), used = record_for("used");
-  ASSERT_TRUE(store->put(old_one, std::string(4000, 'a')).ok());
-  ASSERT_TRUE(store->put(used, std::string(4000, 'b')).ok());
+  ASSERT_TRUE(store->put(old_one, incompressible(100'000, 1)).ok());
+  ASSERT_TRUE(store->put(used, incompressible(100'000, 2)).ok());
   sql_exec(dir / "index.sqlite", "UPDATE artifacts SET last_used = 1 WHERE op = 'old'");
   auto report = store->gc(1).value();  // everything must go but nothing is left to keep
   EXPECT_EQ(report.evicted, 2u);
-  ASSERT_TRUE(store->put(old_one, std::string(4000, 'a')).ok());
-  ASSERT_TRUE(store->put(used, std::string(4000, 'b')).ok());
+  EXPECT_EQ(report.bytes_after, 0u);
+  ASSERT_TRUE(store->put(old_one, incompressible(100'000, 1)).ok());
+  ASSERT_TRUE(store->put(used, incompressible(100'000, 2)).ok());
   sql_exec(dir / "index.sqlite", "UPDATE artifacts SET last_used = 1 WHERE op = 'old'");
-  uint64_t one = store->statistics()->bytes / 2 + 1;
-  report = store->gc(one).value();
+  auto stats = store->statistics().value();
+  report = store->gc(stats.bytes / 2 + 1 + stats.other_bytes + 20'000).value();  // room for one, and the index growing a little
   EXPECT_EQ(report.evicted, 1u);
   EXPECT_FALSE(store->get(old_one.key)->has_value());
   EXPECT_TRUE(store->get(used.key)->has_value());
@@ -355,7 +352,7 @@ TEST(StoreTest, VersionOneIndexMigratesForward) {
   auto store = Store::open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status().message();
   auto stats = (*store)->statistics().value();
-  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM meta WHERE name = 'schema_version'"), 3);
+  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM meta WHERE name = 'schema_version'"), 4);
   EXPECT_EQ(stats.artifacts, 1u);
   EXPECT_EQ(stats.bytes, 58u);
   auto listed = (*store)->list("old_op").value();
@@ -371,16 +368,17 @@ TEST(StoreTest, VersionTwoManifestsMoveToFiles) {
     auto store = Store::open(dir.path()).value();
     ASSERT_TRUE(store->put(r, "bytes").ok());
   }
-  // As version 2 left it: the manifest in the index, no file.
+  // As version 2 left it: the manifest in the index, no file, none of version 4's columns.
   std::filesystem::remove_all(dir / "manifests");
   sql_exec(dir / "index.sqlite",
            "CREATE TABLE manifests(input_key BLOB PRIMARY KEY, op TEXT NOT NULL, body BLOB NOT NULL, created INTEGER NOT NULL)"
            " WITHOUT ROWID; INSERT INTO manifests VALUES(x'" + r.input_key.hex() + "', 'op_v2', CAST('" + r.manifest +
-               "' AS BLOB), 1); UPDATE meta SET value = '2' WHERE name = 'schema_version';");
+               "' AS BLOB), 1); UPDATE meta SET value = '2' WHERE name = 'schema_version';"
+               "ALTER TABLE artifacts DROP COLUMN extra_size; ALTER TABLE artifacts DROP COLUMN compile_cpu_ms; DROP TABLE folded;");
   auto store = Store::open(dir.path()).value();
   EXPECT_FALSE(store->get_manifest(r.input_key)->has_value());  // not migrated before the index is opened
   ASSERT_TRUE(store->statistics().ok());
-  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM meta WHERE name = 'schema_version'"), 3);
+  EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT value FROM meta WHERE name = 'schema_version'"), 4);
   EXPECT_EQ(sql_int(dir / "index.sqlite", "SELECT count(*) FROM sqlite_master WHERE name = 'manifests'"), 0);
   EXPECT_EQ(**store->get_manifest(r.input_key), r.manifest);
 }

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -91,6 +92,10 @@ TEST(CacheCliTest, StatsLsShowGcVerifyClear) {
   EXPECT_EQ(verify.exit_code, 1);
   EXPECT_NE(verify.err.find(key), std::string::npos) << verify.err;
   EXPECT_EQ(run_process(kiln(cache.path(), {"cache", "verify"})).exit_code, 0);
+  auto repair = run_process(kiln(cache.path(), {"cache", "verify", "--repair", "--json"}));
+  EXPECT_EQ(repair.exit_code, 0) << repair.out << repair.err;
+  EXPECT_EQ(testing::json_int(repair.out, "unindexed"), 0) << repair.out;
+  EXPECT_EQ(testing::json_int(repair.out, "adopted"), 0) << repair.out;
 
   // Everything left goes (the ops' artifacts and the precompiled headers they share).
   int64_t stored = testing::json_int(run_process(kiln(cache.path(), {"cache", "stats", "--json"})).out, "artifacts");
@@ -106,6 +111,26 @@ TEST(CacheCliTest, StatsLsShowGcVerifyClear) {
   auto clear = run_process(kiln(cache.path(), {"cache", "clear", "--json"}));
   EXPECT_EQ(testing::json_int(clear.out, "removed"), stored);
   EXPECT_EQ(testing::json_int(run_process(kiln(cache.path(), {"cache", "stats", "--json"})).out, "bytes"), 0);
+}
+
+// Every folder the command makes for a new cache (and above it) is private, whichever command
+// comes first.
+TEST(CacheCliTest, EveryFolderTheCommandMakesIsPrivate) {
+  testing::TempDir top;
+  for (auto& first : std::vector<std::vector<std::string>>{{"cache", "stats"}, {"build", testing::bundled_spec_dir() + "/axpby.toml"}}) {
+    std::string cache = top / (first[0] + "/new/cache");
+    std::vector<std::string> argv{testing::kiln_binary(), "--cache-dir", cache};
+    argv.insert(argv.end(), first.begin(), first.end());
+    auto r = run_process(argv);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  ASSERT_EQ(run_process(kiln(top / "cache/new/cache", {"build", testing::bundled_spec_dir() + "/axpby.toml"})).exit_code, 0);
+  std::vector<std::string> open;
+  for (auto& e : std::filesystem::recursive_directory_iterator(top.path()))
+    if (e.is_directory() && (e.status().permissions() & std::filesystem::perms::all) != std::filesystem::perms::owner_all)
+      open.push_back(e.path().string());
+  EXPECT_TRUE(open.empty()) << open.front();
+  EXPECT_TRUE(std::filesystem::exists(top / "build/new/cache/manifests"));
 }
 
 TEST(CacheCliTest, ExplainNamesTheHeaderAndTheDefineThatChanged) {

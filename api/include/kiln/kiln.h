@@ -345,8 +345,12 @@ struct ArtifactInfo {
   std::string label;      // what it is ("add_kernel"): the op column
   std::string target;     // "cuda:sm_90"
   std::string toolchain;  // what made it ("triton 3.9.0")
-  double compile_ms = 0;  // what making it cost: a hit saves that much
+  double compile_ms = 0;      // what making it cost in wall time: a hit saves that much
+  double compile_cpu_ms = 0;  // and in CPU time (the compiler's threads and child processes)
   std::string log;
+  // Whether what is stored was made by a compile (counted as one in `kiln cache stats`, with its
+  // times); false for what merely goes with one (Triton's record of a compile's arguments).
+  bool compiled = true;
 };
 
 // The right to make an artifact no one has yet (Context::find_or_claim_files): while it is held,

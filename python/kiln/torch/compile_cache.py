@@ -57,6 +57,9 @@ KINDS = {
     "RemoteBundledAutotuneCache": ("torch-bundled-autotune", False, True),
     "RemoteDynamoPGOCache": ("torch-dynamo-pgo", False, False),
 }
+# The kinds whose entries are a compile's output (a lowering is a compile, DESIGN.md); autotune
+# results and Dynamo's profiles are measurements, stored but not counted as compiles.
+_COMPILES = ("torch-fx-graph", "torch-aot-autograd")
 # The kinds whose entries hold code generated for this CPU's vector ISA.
 _ISA_KINDS = ("torch-fx-graph", "torch-aot-autograd")
 _ENTRY = "entry.json"  # the one file of each stored group: the bytes torch's serde made
@@ -211,7 +214,7 @@ class _KilnStore:
         try:
             context("none").store_files(self.kind, text, [(_ENTRY, data)], label=_label(self.kind, key),
                                         toolchain="torch " + _torch_version(), compile_ms=_time_taken_ms(data),
-                                        claim=claim, keep_first=self.keep_first)
+                                        claim=claim, keep_first=self.keep_first, compiled=self.kind in _COMPILES)
         except KilnError as e:
             _count(self.kind, "errors")
             _warn_once("put", "a %s entry could not be stored (this run goes on; the next one compiles it again): %s"

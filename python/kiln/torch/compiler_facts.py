@@ -95,7 +95,8 @@ def _load(name):
             data = json.dumps({"\0".join(q): a.decode("utf-8", "surrogateescape") for q, a in answers.items()},
                               sort_keys=True).encode()
             for key in (own, anywhere):
-                ctx.store_files(KIND, key, [(_FILE, data)], label=name, toolchain=name, keep_first=True)
+                ctx.store_files(KIND, key, [(_FILE, data)], label=name, toolchain=name, keep_first=True,
+                                compiled=False)
     except (KilnError, OSError, ValueError, subprocess.SubprocessError) as e:
         _log.debug("no stored answers for %s's queries (%s): it is asked itself", name, e)
         answers = None

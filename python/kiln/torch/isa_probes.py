@@ -86,7 +86,8 @@ def _probe_load(self, output_path):
     _stats["probes_loaded"] += 1
     if loaded and key:
         try:
-            context("none").store_files(KIND, _verdict_key(key), [("ok", b"loaded\n")], label=str(self), keep_first=True)
+            context("none").store_files(KIND, _verdict_key(key), [("ok", b"loaded\n")], label=str(self), keep_first=True,
+                                             compiled=False)
         except KilnError as e:
             _log.debug("the probe's verdict was not stored: %s", e)
     return loaded

@@ -142,8 +142,9 @@ def make_record(inputs, key, filename, driver_target):
 def store_record(ctx, record, toolchain):
     data = json.dumps(record, sort_keys=True).encode("utf-8")
     key = " | ".join([_SCHEMA, record["key"], record["filename"]])
+    # Not a compile (the compile it records was counted when its group was stored).
     ctx.store_files(RECORD_KIND, key, [(RECORD_FILE, data)], label=record["name"], target=record.get("target_text", ""),
-                    toolchain=toolchain, keep_first=True)
+                    toolchain=toolchain, keep_first=True, compiled=False)
 
 
 def records(ctx):
