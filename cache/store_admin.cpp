@@ -211,6 +211,17 @@ Result<GcReport> Store::gc(uint64_t max_bytes) {
       if (std::filesystem::remove_all(it->path(), ec3) > 0 && !ec3) ++(temporary ? report.temporaries_removed : report.orphans_removed);
     }
   }
+  // Chunks kept for a remote fetch to resume (cache/remote_chunks.cpp): a fetch resumes within
+  // minutes if at all, so those past the grace period are what a failed fetch left.
+  {
+    std::error_code ec5;
+    for (auto it = std::filesystem::directory_iterator(m_root + "/remote-chunks", ec5); !ec5 && it != std::filesystem::directory_iterator();
+         it.increment(ec5)) {
+      struct stat st{};
+      if (::lstat(it->path().c_str(), &st) == 0 && now - st.st_mtime >= k_grace_seconds && ::unlink(it->path().c_str()) == 0)
+        ++report.temporaries_removed;
+    }
+  }
   {
     std::error_code ec4;
     for (auto it = std::filesystem::directory_iterator(m_root + "/" + k_counter_folder, ec4); !ec4 && it != std::filesystem::directory_iterator();

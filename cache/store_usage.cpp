@@ -332,7 +332,8 @@ std::map<std::string, int64_t> Store::live_counters_locked() {
 
 uint64_t Store::other_bytes_locked() {
   // The index (and indexes set aside), journals, the store's lock and file memo at the top; then
-  // the counter pages and the staging folders of compiles under way.
+  // the counter pages, the staging folders of compiles under way and the chunks kept for a
+  // remote fetch to resume.
   uint64_t total = 0;
   for (auto& name : file_names(m_root)) {
     struct stat st{};
@@ -341,6 +342,8 @@ uint64_t Store::other_bytes_locked() {
   }
   total += bytes_under(m_root + "/" + k_counter_folder);
   total += bytes_under(m_root + "/files/staging");
+  // Chunks of a large remote artifact whose fetch stopped part way (cache/remote_chunks.cpp).
+  total += bytes_under(m_root + "/remote-chunks");
   return total;
 }
 

@@ -171,6 +171,22 @@ TEST(CountersTest, AGroupsCopiesCountAgainstTheCapAndGoWithItsArtifact) {
   EXPECT_TRUE(std::filesystem::exists(dir / "files/staging/triton-x.tmp.1"));  // a compile under way keeps it
 }
 
+TEST(CountersTest, ChunksKeptForARemoteFetchCountAgainstTheCapAndGoOnceStale) {
+  testing::TempDir dir;
+  auto store = Store::open(dir.path()).value();
+  uint64_t before = store->statistics()->other_bytes;
+  dir.write("remote-chunks/fresh", std::string(60'000, 'f'));
+  dir.write("remote-chunks/stale", std::string(50'000, 's'));
+  EXPECT_GE(store->statistics()->other_bytes, before + 110'000);
+  // A fetch resumes within minutes if at all: past the grace period a kept chunk is debris.
+  auto stale = std::filesystem::file_time_type::clock::now() - std::chrono::hours(2);
+  std::filesystem::last_write_time(dir / "remote-chunks/stale", stale);
+  auto gc = store->gc(1ull << 40).value();
+  EXPECT_GE(gc.temporaries_removed, 1u);
+  EXPECT_FALSE(std::filesystem::exists(dir / "remote-chunks/stale"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "remote-chunks/fresh"));
+}
+
 TEST(CountersTest, TheCpuTimeRidesInTheRecordWhereAnOlderReaderStillReadsTheWallTime) {
   ArtifactRecord r = record_for("op_cpu");
   r.compile_ms = 12.5;
