@@ -14,9 +14,9 @@ __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // Four gradients from element i (at a vector boundary), as floats.
-__device__ __forceinline__ float4 load_grads(const float* g, long long i) { return __ldg(reinterpret_cast<const float4*>(g + i)); }
+__device__ __forceinline__ float4 load_grads(const float* g, long long i) { return kiln_ops::ldg(reinterpret_cast<const float4*>(g + i)); }
 __device__ __forceinline__ float4 load_grads(const __nv_bfloat16* g, long long i) {
-  const uint2 pairs = __ldg(reinterpret_cast<const uint2*>(g + i));
+  const uint2 pairs = kiln_ops::ldg(reinterpret_cast<const uint2*>(g + i));
   float4 r;
   r.x = kiln_ops::bf16_low(pairs.x);
   r.y = kiln_ops::bf16_high(pairs.x);

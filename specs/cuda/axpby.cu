@@ -14,7 +14,7 @@ struct Axpby {
   };
   __device__ Loaded load(long long i) const {
     // y is written by this kernel: a plain load, not the read-only path.
-    return {__ldg(reinterpret_cast<const float4*>(x + i)), *reinterpret_cast<const float4*>(y + i)};
+    return {kiln_ops::ldg(reinterpret_cast<const float4*>(x + i)), *reinterpret_cast<const float4*>(y + i)};
   }
   __device__ void store(long long i, const Loaded& v) const {
     float4 r;
@@ -24,7 +24,7 @@ struct Axpby {
     r.w = alpha * v.x.w + beta * v.y.w;
     *reinterpret_cast<float4*>(y + i) = r;
   }
-  __device__ void one(long long i) const { y[i] = alpha * __ldg(x + i) + beta * y[i]; }
+  __device__ void one(long long i) const { y[i] = alpha * kiln_ops::ldg(x + i) + beta * y[i]; }
 };
 }  // namespace
 

@@ -46,7 +46,7 @@ struct Gelu {
   struct Loaded {
     Vec v;
   };
-  __device__ Loaded load(long long i) const { return {__ldg(reinterpret_cast<const Vec*>(x + i))}; }
+  __device__ Loaded load(long long i) const { return {kiln_ops::ldg(reinterpret_cast<const Vec*>(x + i))}; }
   __device__ void store(long long i, const Loaded& in) const {
     Vec r;
     r.x = gelu_lane(in.v.x);
@@ -55,7 +55,7 @@ struct Gelu {
     r.w = gelu_lane(in.v.w);
     *reinterpret_cast<Vec*>(y + i) = r;
   }
-  __device__ void one(long long i) const { store_float(y + i, gelu_tanh(to_float(__ldg(x + i)))); }
+  __device__ void one(long long i) const { store_float(y + i, gelu_tanh(to_float(kiln_ops::ldg(x + i)))); }
 };
 
 }  // namespace

@@ -27,15 +27,15 @@ constexpr int k_per_thread = 4 * k_held;  // a row takes more warps only when a 
 // line up with the row, else four. Two types, not a branch per load: Clang merged such a
 // branch's loads into four scalar ones.
 struct VectorParams {
-  __device__ static float4 load(const float* p, long long c) { return __ldg(reinterpret_cast<const float4*>(p + c)); }
+  __device__ static float4 load(const float* p, long long c) { return kiln_ops::ldg(reinterpret_cast<const float4*>(p + c)); }
 };
 struct ScalarParams {
   __device__ static float4 load(const float* p, long long c) {
     float4 v;
-    v.x = __ldg(p + c);
-    v.y = __ldg(p + c + 1);
-    v.z = __ldg(p + c + 2);
-    v.w = __ldg(p + c + 3);
+    v.x = kiln_ops::ldg(p + c);
+    v.y = kiln_ops::ldg(p + c + 1);
+    v.z = kiln_ops::ldg(p + c + 2);
+    v.w = kiln_ops::ldg(p + c + 3);
     return v;
   }
 };
@@ -72,17 +72,17 @@ __device__ void rows_by_vectors(const float* x, const float* gamma, const float*
   kiln_ops::for_each_team_row(rows, team, [&](long long row) {
     const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     float4 held[k_held];
-    const float e = t.has_edge ? __ldg(t.in + t.edge) : 0.f;
+    const float e = t.has_edge ? kiln_ops::ldg(t.in + t.edge) : 0.f;
     float sum = e;
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
       if (j < t.split.vectors) {
-        held[k] = __ldg(t.in4 + j);
+        held[k] = kiln_ops::ldg(t.in4 + j);
         sum += kiln_ops::sum4(held[k]);
       }
     }
-    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) sum += kiln_ops::sum4(__ldg(t.in4 + j));
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) sum += kiln_ops::sum4(kiln_ops::ldg(t.in4 + j));
     const float mean = sum_of(sum) / static_cast<float>(cols);
 
     float squares = t.has_edge ? (e - mean) * (e - mean) : 0.f;
@@ -91,7 +91,7 @@ __device__ void rows_by_vectors(const float* x, const float* gamma, const float*
       const long long j = team.rank + k * stride;
       if (j < t.split.vectors) squares += squares4(held[k], mean);
     }
-    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) squares += squares4(__ldg(t.in4 + j), mean);
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) squares += squares4(kiln_ops::ldg(t.in4 + j), mean);
     const float rstd = rsqrtf(sum_of(squares) / static_cast<float>(cols) + eps);
 
 #pragma unroll
@@ -104,9 +104,9 @@ __device__ void rows_by_vectors(const float* x, const float* gamma, const float*
     }
     for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) {
       const long long c = t.split.head + 4 * j;
-      t.out4[j] = normalised4(__ldg(t.in4 + j), mean, rstd, Params::load(gamma, c), Params::load(beta, c));
+      t.out4[j] = normalised4(kiln_ops::ldg(t.in4 + j), mean, rstd, Params::load(gamma, c), Params::load(beta, c));
     }
-    if (t.has_edge) t.out[t.edge] = (e - mean) * rstd * __ldg(gamma + t.edge) + __ldg(beta + t.edge);
+    if (t.has_edge) t.out[t.edge] = (e - mean) * rstd * kiln_ops::ldg(gamma + t.edge) + kiln_ops::ldg(beta + t.edge);
   });
 }
 
@@ -117,12 +117,12 @@ __device__ void rows_by_elements(const float* x, const float* gamma, const float
   kiln_ops::for_each_team_row(rows, team, [&](long long row) {
     const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     float sum = 0.f;
-    for (long long c = team.rank; c < t.n; c += team.threads) sum += __ldg(t.in + c);
+    for (long long c = team.rank; c < t.n; c += team.threads) sum += kiln_ops::ldg(t.in + c);
     const float mean = sum_of(sum) / static_cast<float>(cols);
     float squares = 0.f;
-    for (long long c = team.rank; c < t.n; c += team.threads) squares += (__ldg(t.in + c) - mean) * (__ldg(t.in + c) - mean);
+    for (long long c = team.rank; c < t.n; c += team.threads) squares += (kiln_ops::ldg(t.in + c) - mean) * (kiln_ops::ldg(t.in + c) - mean);
     const float rstd = rsqrtf(sum_of(squares) / static_cast<float>(cols) + eps);
-    for (long long c = team.rank; c < t.n; c += team.threads) t.out[c] = (__ldg(t.in + c) - mean) * rstd * __ldg(gamma + c) + __ldg(beta + c);
+    for (long long c = team.rank; c < t.n; c += team.threads) t.out[c] = (kiln_ops::ldg(t.in + c) - mean) * rstd * kiln_ops::ldg(gamma + c) + kiln_ops::ldg(beta + c);
   });
 }
 

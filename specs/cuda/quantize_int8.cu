@@ -63,12 +63,12 @@ extern "C" __global__ void __launch_bounds__(512) quantize_int8(const float* __r
     for (int k = 0; k < k_held; ++k) {
       const long long j = lane + static_cast<long long>(k) * lanes;
       if (j < vectors) {
-        held[k] = __ldg(x4 + j);
+        held[k] = kiln_ops::ldg(x4 + j);
         amax = fmaxf(amax, abs_max4(held[k]));
       }
     }
-    for (long long j = lane + static_cast<long long>(k_held) * lanes; j < vectors; j += lanes) amax = fmaxf(amax, abs_max4(__ldg(x4 + j)));
-    for (long long i = rest + lane; i < end; i += lanes) amax = fmaxf(amax, fabsf(__ldg(x + i)));
+    for (long long j = lane + static_cast<long long>(k_held) * lanes; j < vectors; j += lanes) amax = fmaxf(amax, abs_max4(kiln_ops::ldg(x4 + j)));
+    for (long long i = rest + lane; i < end; i += lanes) amax = fmaxf(amax, fabsf(kiln_ops::ldg(x + i)));
     for (int offset = lanes / 2; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
     const float inv = amax > 0.f ? __fdiv_rn(127.f, amax) : 0.f;
     if (active && lane == 0) scales[g] = __fdiv_rn(amax, 127.f);
@@ -78,8 +78,8 @@ extern "C" __global__ void __launch_bounds__(512) quantize_int8(const float* __r
       const long long j = lane + static_cast<long long>(k) * lanes;
       if (j < vectors) q4[j] = quantize4(held[k], inv);
     }
-    for (long long j = lane + static_cast<long long>(k_held) * lanes; j < vectors; j += lanes) q4[j] = quantize4(__ldg(x4 + j), inv);
-    for (long long i = rest + lane; i < end; i += lanes) q[i] = static_cast<signed char>(quantize1(__ldg(x + i), inv));
+    for (long long j = lane + static_cast<long long>(k_held) * lanes; j < vectors; j += lanes) q4[j] = quantize4(kiln_ops::ldg(x4 + j), inv);
+    for (long long i = rest + lane; i < end; i += lanes) q[i] = static_cast<signed char>(quantize1(kiln_ops::ldg(x + i), inv));
   }
 }
 
@@ -92,7 +92,7 @@ extern "C" __global__ void __launch_bounds__(1024) dequantize_int8(const signed 
   for (long long g = kiln_ops::global_index() / lanes; g * group < n; g += teams) {
     const long long begin = g * group, end = begin + group < n ? begin + group : n;
     const long long vectors = vec ? (end - begin) / 4 : 0, rest = begin + vectors * 4;
-    const float scale = __ldg(scales + g);
+    const float scale = kiln_ops::ldg(scales + g);
     const unsigned int* q4 = reinterpret_cast<const unsigned int*>(q + begin);
     float4* y4 = reinterpret_cast<float4*>(y + begin);
     for (long long j0 = lane; j0 < vectors; j0 += static_cast<long long>(k_held) * lanes) {
@@ -100,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(1024) dequantize_int8(const signed 
 #pragma unroll
       for (int k = 0; k < k_held; ++k) {
         const long long j = j0 + static_cast<long long>(k) * lanes;
-        if (j < vectors) bytes[k] = __ldg(q4 + j);
+        if (j < vectors) bytes[k] = kiln_ops::ldg(q4 + j);
       }
 #pragma unroll
       for (int k = 0; k < k_held; ++k) {
@@ -108,6 +108,6 @@ extern "C" __global__ void __launch_bounds__(1024) dequantize_int8(const signed 
         if (j < vectors) y4[j] = dequantize4(bytes[k], scale);
       }
     }
-    for (long long i = rest + lane; i < end; i += lanes) y[i] = __fmul_rn(static_cast<float>(__ldg(q + i)), scale);
+    for (long long i = rest + lane; i < end; i += lanes) y[i] = __fmul_rn(static_cast<float>(kiln_ops::ldg(q + i)), scale);
   }
 }

@@ -26,15 +26,15 @@ extern "C" __global__ void __launch_bounds__(k_threads) reduce_sum(const float* 
     for (; j + (k_unroll - 1) * k_threads < vectors; j += k_unroll * k_threads) {
       float4 v[k_unroll];
 #pragma unroll
-      for (int u = 0; u < k_unroll; ++u) v[u] = __ldg(x4 + j + u * k_threads);
+      for (int u = 0; u < k_unroll; ++u) v[u] = kiln_ops::ldg(x4 + j + u * k_threads);
 #pragma unroll
       for (int u = 0; u < k_unroll; ++u) sum += (v[u].x + v[u].y) + (v[u].z + v[u].w);
     }
     for (; j < vectors; j += k_threads) {
-      const float4 v = __ldg(x4 + j);
+      const float4 v = kiln_ops::ldg(x4 + j);
       sum += (v.x + v.y) + (v.z + v.w);
     }
-    for (long long i = begin + vectors * 4 + t; i < end; i += k_threads) sum += __ldg(x + i);
+    for (long long i = begin + vectors * 4 + t; i < end; i += k_threads) sum += kiln_ops::ldg(x + i);
     const float total = BlockReduce(scratch).Sum(sum);
     if (threadIdx.x == 0) partial[c] = total;
     __syncthreads();  // `scratch` is used again by the next chunk's reduction

@@ -53,17 +53,17 @@ __device__ void rows_by_vectors(const float* x, float* y, long long rows, long l
   kiln_ops::for_each_team_row(rows, team, [&](long long row) {
     const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     float4 held[k_held];
-    float e = t.has_edge ? __ldg(t.in + t.edge) : k_lowest;
+    float e = t.has_edge ? kiln_ops::ldg(t.in + t.edge) : k_lowest;
     float m = e;
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
       if (j < t.split.vectors) {
-        held[k] = __ldg(t.in4 + j);
+        held[k] = kiln_ops::ldg(t.in4 + j);
         m = fmaxf(m, kiln_ops::max4(held[k]));
       }
     }
-    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) m = fmaxf(m, kiln_ops::max4(__ldg(t.in4 + j)));
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) m = fmaxf(m, kiln_ops::max4(kiln_ops::ldg(t.in4 + j)));
     m = reduce.max(m);
 
     e = t.has_edge ? expf(e - m) : 0.f;
@@ -76,7 +76,7 @@ __device__ void rows_by_vectors(const float* x, float* y, long long rows, long l
         sum += kiln_ops::sum4(held[k]);
       }
     }
-    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) sum += kiln_ops::sum4(exp4(__ldg(t.in4 + j), m));
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) sum += kiln_ops::sum4(exp4(kiln_ops::ldg(t.in4 + j), m));
     const float inv = 1.f / reduce.sum(sum);
 
 #pragma unroll
@@ -84,7 +84,7 @@ __device__ void rows_by_vectors(const float* x, float* y, long long rows, long l
       const long long j = team.rank + k * stride;
       if (j < t.split.vectors) t.out4[j] = scaled(held[k], inv);
     }
-    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) t.out4[j] = scaled(exp4(__ldg(t.in4 + j), m), inv);
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) t.out4[j] = scaled(exp4(kiln_ops::ldg(t.in4 + j), m), inv);
     if (t.has_edge) t.out[t.edge] = e * inv;
   });
 }
@@ -95,12 +95,12 @@ __device__ void rows_by_elements(const float* x, float* y, long long rows, long 
   kiln_ops::for_each_team_row(rows, team, [&](long long row) {
     const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     float m = k_lowest;
-    for (long long c = team.rank; c < t.n; c += team.threads) m = fmaxf(m, __ldg(t.in + c));
+    for (long long c = team.rank; c < t.n; c += team.threads) m = fmaxf(m, kiln_ops::ldg(t.in + c));
     m = reduce.max(m);
     float sum = 0.f;
-    for (long long c = team.rank; c < t.n; c += team.threads) sum += expf(__ldg(t.in + c) - m);
+    for (long long c = team.rank; c < t.n; c += team.threads) sum += expf(kiln_ops::ldg(t.in + c) - m);
     const float inv = 1.f / reduce.sum(sum);
-    for (long long c = team.rank; c < t.n; c += team.threads) t.out[c] = expf(__ldg(t.in + c) - m) * inv;
+    for (long long c = team.rank; c < t.n; c += team.threads) t.out[c] = expf(kiln_ops::ldg(t.in + c) - m) * inv;
   });
 }
 

@@ -66,13 +66,13 @@ __device__ void rows_by_vectors(const float* x, float* y, long long rows, long l
     const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     // The held vectors and the edge element: their maximum first, then their sum against it.
     float4 held[k_held];
-    const float e = t.has_edge ? __ldg(t.in + t.edge) : k_lowest;
+    const float e = t.has_edge ? kiln_ops::ldg(t.in + t.edge) : k_lowest;
     MaxSum own{e, 0.f};
 #pragma unroll
     for (int k = 0; k < k_held; ++k) {
       const long long j = team.rank + k * stride;
       if (j < t.split.vectors) {
-        held[k] = __ldg(t.in4 + j);
+        held[k] = kiln_ops::ldg(t.in4 + j);
         own.max = fmaxf(own.max, kiln_ops::max4(held[k]));
       }
     }
@@ -84,7 +84,7 @@ __device__ void rows_by_vectors(const float* x, float* y, long long rows, long l
     }
     // The rest a pair per vector.
     for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) {
-      const float4 v = __ldg(t.in4 + j);
+      const float4 v = kiln_ops::ldg(t.in4 + j);
       const float m = kiln_ops::max4(v);
       own = merge(own, MaxSum{m, exp_sum4(v, m)});
     }
@@ -96,7 +96,7 @@ __device__ void rows_by_vectors(const float* x, float* y, long long rows, long l
       const long long j = team.rank + k * stride;
       if (j < t.split.vectors) t.out4[j] = out4(held[k], row_pair.max, inv);
     }
-    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) t.out4[j] = out4(__ldg(t.in4 + j), row_pair.max, inv);
+    for (long long j = team.rank + k_held * stride; j < t.split.vectors; j += stride) t.out4[j] = out4(kiln_ops::ldg(t.in4 + j), row_pair.max, inv);
     if (t.has_edge) t.out[t.edge] = __expf(e - row_pair.max) * inv;
   });
 }
@@ -108,10 +108,10 @@ __device__ void rows_by_elements(const float* x, float* y, long long rows, long 
   kiln_ops::for_each_team_row(rows, team, [&](long long row) {
     const kiln_ops::TeamRow t = kiln_ops::team_row(x, y, rows, cols, row, team);
     MaxSum own{k_lowest, 0.f};
-    for (long long c = team.rank; c < t.n; c += team.threads) own = merge(own, MaxSum{__ldg(t.in + c), 1.f});
+    for (long long c = team.rank; c < t.n; c += team.threads) own = merge(own, MaxSum{kiln_ops::ldg(t.in + c), 1.f});
     const MaxSum row_pair = reduce(own);
     const float inv = 1.f / row_pair.sum;
-    for (long long c = team.rank; c < t.n; c += team.threads) t.out[c] = __expf(__ldg(t.in + c) - row_pair.max) * inv;
+    for (long long c = team.rank; c < t.n; c += team.threads) t.out[c] = __expf(kiln_ops::ldg(t.in + c) - row_pair.max) * inv;
   });
 }
 

@@ -12,11 +12,11 @@ struct Sum {
   struct Loaded {
     float4 v;
   };
-  __device__ Loaded load(long long i) const { return {__ldg(reinterpret_cast<const float4*>(x + i))}; }
+  __device__ Loaded load(long long i) const { return {kiln_ops::ldg(reinterpret_cast<const float4*>(x + i))}; }
   __device__ void store(long long, const Loaded& in) const {
     *total += (static_cast<double>(in.v.x) + static_cast<double>(in.v.y)) + (static_cast<double>(in.v.z) + static_cast<double>(in.v.w));
   }
-  __device__ void one(long long i) const { *total += static_cast<double>(__ldg(x + i)); }
+  __device__ void one(long long i) const { *total += static_cast<double>(kiln_ops::ldg(x + i)); }
 };
 }  // namespace
 

@@ -11,7 +11,7 @@ struct Add {
     float4 a, b;
   };
   __device__ Loaded load(long long i) const {
-    return {__ldg(reinterpret_cast<const float4*>(a + i)), __ldg(reinterpret_cast<const float4*>(b + i))};
+    return {kiln_ops::ldg(reinterpret_cast<const float4*>(a + i)), kiln_ops::ldg(reinterpret_cast<const float4*>(b + i))};
   }
   __device__ void store(long long i, const Loaded& v) const {
     float4 r;
@@ -21,7 +21,7 @@ struct Add {
     r.w = v.a.w + v.b.w;
     *reinterpret_cast<float4*>(out + i) = r;
   }
-  __device__ void one(long long i) const { out[i] = __ldg(a + i) + __ldg(b + i); }
+  __device__ void one(long long i) const { out[i] = kiln_ops::ldg(a + i) + kiln_ops::ldg(b + i); }
 };
 }  // namespace
 

@@ -1,7 +1,8 @@
 // Helpers shared by the bundled CUDA kernels. Three compilers read them: NVRTC (no standard
 // headers), Clang against the toolkit's headers, and Clang for AMD GPUs through
 // kiln/hip_prelude.h; tests/builders/cuda_emulation runs them on the host. So they use only
-// the built-in variables, float4/uint4/uint2, __ldg, __shfl_xor_sync and __syncthreads.
+// the built-in variables, float4/uint4/uint2, __ldg (through ldg below), __shfl_xor_sync and
+// __syncthreads.
 //
 // What the bandwidth-bound kernels share (docs/cuda-ops.md says why each choice):
 // - every thread strides over the whole problem by the grid's size, so any grid and block
@@ -15,6 +16,18 @@
 #pragma once
 
 namespace kiln_ops {
+
+// A load through the read-only data cache on NVIDIA GPUs (__ldg). HIP 5.2's headers, which
+// hiprtc compiles against, declare __ldg for __half and __half2 only, and an AMD GPU has no such
+// path: a plain load there.
+template <class T>
+__device__ __forceinline__ T ldg(const T* p) {
+#if defined(__HIP__) || defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
+  return *p;
+#else
+  return __ldg(p);
+#endif
+}
 
 // The global index of this thread in a 1-D launch.
 __device__ __forceinline__ long long global_index() {
