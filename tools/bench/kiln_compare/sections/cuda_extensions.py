@@ -1,5 +1,5 @@
 """CUDA extensions from PyPI sdists that nobody here wrote (causal-conv1d, torch-scatter,
-torchsort, chamferdist, torch-cluster), each built cold for sm_90 with the flags its setup.py
+torchsort, nerfacc, torch-cluster, torch-spline-conv), each built cold for sm_90 with the flags its setup.py
 gives torch, through kiln.torch.load (empty KILN_CACHE_DIR) and through
 torch.utils.cpp_extension.load (ninja, nvcc, g++; empty TORCH_EXTENSIONS_DIR, CCACHE_DISABLE=1),
 interleaved in one run, each build a fresh process (tools/bench/cuda_extensions.py): load()'s wall
@@ -26,9 +26,10 @@ _CAUSAL_CONV1D_NVCC = ["-O3", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_
                        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_BFLOAT162_OPERATORS__",
                        "-U__CUDA_NO_BFLOAT162_CONVERSIONS__", "--expt-relaxed-constexpr", "--expt-extended-lambda",
                        "--use_fast_math", "--ptxas-options=-v", "-lineinfo", "--threads", "4"]
-# torch-scatter's and torch-cluster's setup.py on Linux with CUDA (WITH_PYTHON, WITH_CUDA as macros).
+# torch-scatter's setup.py on Linux with CUDA (WITH_PYTHON, WITH_CUDA as macros); torch-cluster's
+# has -O2 for both compilers, torch-spline-conv's -O2 and no WITH_PYTHON.
 _PYG_CXX = ["-O3", "-Wno-sign-compare", "-DAT_PARALLEL_OPENMP", "-fopenmp", "-DWITH_PYTHON", "-DWITH_CUDA"]
-_PYG_NVCC = ["-O3", "-DWITH_PYTHON", "-DWITH_CUDA"]
+_PYG_NVCC = ["-O3", "--expt-relaxed-constexpr", "-DWITH_PYTHON", "-DWITH_CUDA"]
 
 # One extension module each, as its package's setup.py builds it: sdist, sources (relative to the
 # unpacked sdist), include folders, host flags, nvcc flags, linker flags, and whether it is a
@@ -40,20 +41,21 @@ CORPUS = [
     {"entry": "torch-scatter 2.1.2 (_segment_coo)", "package": "torch-scatter", "version": "2.1.2", "name": "_segment_coo_cuda",
      "sources": ["csrc/segment_coo.cpp", "csrc/cpu/segment_coo_cpu.cpp", "csrc/cuda/segment_coo_cuda.cu"],
      "include_dirs": ["csrc"], "cflags": _PYG_CXX, "cuda_cflags": _PYG_NVCC, "ldflags": ["-s"], "python_module": False},
-    {"entry": "torch-scatter 2.1.2 (_scatter)", "package": "torch-scatter", "version": "2.1.2", "name": "_scatter_cuda",
-     "sources": ["csrc/scatter.cpp", "csrc/cpu/scatter_cpu.cpp", "csrc/cuda/scatter_cuda.cu"],
-     "include_dirs": ["csrc"], "cflags": _PYG_CXX, "cuda_cflags": _PYG_NVCC, "ldflags": ["-s"], "python_module": False},
     {"entry": "torchsort 0.1.10 (isotonic_cuda)", "package": "torchsort", "version": "0.1.10", "name": "isotonic_cuda",
      "sources": ["torchsort/isotonic_cuda.cu"], "include_dirs": [], "cflags": [], "cuda_cflags": [], "ldflags": [],
      "python_module": True},
-    {"entry": "chamferdist 1.0.3", "package": "chamferdist", "version": "1.0.3", "name": "chamferdist_ext",
-     "sources": ["chamferdist/ext.cpp", "chamferdist/knn_cpu.cpp", "chamferdist/knn.cu"], "include_dirs": ["chamferdist"],
-     "cflags": ["-std=c++17", "-DWITH_CUDA"],
-     "cuda_cflags": ["-DWITH_CUDA", "-DCUDA_HAS_FP16=1", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
-                     "-D__CUDA_NO_HALF2_OPERATORS__"], "ldflags": [], "python_module": True},
+    # nerfacc's own JIT build (nerfacc/cuda/_backend.py calls cpp_extension.load with these).
+    {"entry": "nerfacc 0.5.3 (its JIT build)", "package": "nerfacc", "version": "0.5.3", "name": "nerfacc_cuda",
+     "sources": ["nerfacc/cuda/csrc/camera.cu", "nerfacc/cuda/csrc/grid.cu", "nerfacc/cuda/csrc/pdf.cu", "nerfacc/cuda/csrc/scan.cu",
+                 "nerfacc/cuda/csrc/nerfacc.cpp"],
+     "include_dirs": [], "cflags": ["-O3"], "cuda_cflags": ["-O3"], "ldflags": [], "python_module": True},
     {"entry": "torch-cluster 1.6.3 (_knn)", "package": "torch-cluster", "version": "1.6.3", "name": "_knn_cuda",
-     "sources": ["csrc/knn.cpp", "csrc/cpu/knn_cpu.cpp", "csrc/cuda/knn_cuda.cu"],
-     "include_dirs": ["csrc"], "cflags": _PYG_CXX, "cuda_cflags": _PYG_NVCC, "ldflags": ["-s"], "python_module": False},
+     "sources": ["csrc/knn.cpp", "csrc/cpu/knn_cpu.cpp", "csrc/cuda/knn_cuda.cu"], "include_dirs": ["csrc"],
+     "cflags": ["-O2"] + _PYG_CXX[1:], "cuda_cflags": ["-O2"] + _PYG_NVCC[1:], "ldflags": ["-s"], "python_module": False},
+    {"entry": "torch-spline-conv 1.2.2 (_weighting)", "package": "torch-spline-conv", "version": "1.2.2", "name": "_weighting_cuda",
+     "sources": ["csrc/weighting.cpp", "csrc/cpu/weighting_cpu.cpp", "csrc/cuda/weighting_cuda.cu"], "include_dirs": ["csrc"],
+     "cflags": ["-O2", "-Wno-sign-compare", "-DAT_PARALLEL_OPENMP", "-fopenmp", "-DWITH_CUDA"],
+     "cuda_cflags": ["-O2", "--expt-relaxed-constexpr", "-DWITH_CUDA"], "ldflags": ["-s"], "python_module": False},
 ]
 
 
@@ -70,7 +72,8 @@ def sdist_root(cache, package, version):
     archive = next(os.path.join(cache, f) for f in os.listdir(cache)
                    if f.lower().startswith(f"{package.replace('-', '_')}-{version}".lower()) and f.endswith(".tar.gz"))
     with tarfile.open(archive) as t:
-        t.extractall(cache, filter="data")
+        # The "data" filter (no links out, no devices) where this Python has it (3.11.4 and later).
+        t.extractall(cache, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     return folder
 
 
