@@ -6,37 +6,18 @@
 
 namespace kiln::builders {
 
-jit::CompileResult compile_with_nvcc_objects(jit::Toolchain& clang, jit::CompileRequest& request, const std::vector<size_t>& nvcc_sources,
-                                             const jit::Nvcc& nvcc, const std::string& label) {
-  jit::CompileResult merged;
-  std::vector<jit::CompileResult> parts;
-  double nvcc_ms = 0;
-  for (size_t i : nvcc_sources) {
-    KILN_LOG_AT(kInfo, "compile", label + ": " + request.sources[i].path + " with nvcc " + nvcc.version + " (" + nvcc.path + ")");
-    parts.push_back(jit::compile_with_nvcc(nvcc, request, i));
-    nvcc_ms += parts.back().compile_ms;
-    if (!parts.back().success) {
-      jit::CompileResult& failed = parts.back();
-      failed.kind = "host-so";
-      failed.failed_sources = {i};
-      failed.log = "kiln: nvcc " + nvcc.version + " compiled " + request.sources[i].path + ":\n" + failed.log;
-      return std::move(failed);
-    }
-  }
-  for (size_t k = 0; k < nvcc_sources.size(); ++k)
-    request.prebuilt_objects[nvcc_sources[k]] = std::string_view(parts[k].artifact);
-  merged = clang.compile(request);
-  request.prebuilt_objects.clear();
-  std::string nvcc_log;
-  for (size_t k = 0; k < nvcc_sources.size(); ++k) {
-    auto& part = parts[k];
-    nvcc_log += "kiln: nvcc " + nvcc.version + " compiled " + request.sources[nvcc_sources[k]].path + "\n" + part.log;
-    merged.dependencies.insert(merged.dependencies.end(), part.dependencies.begin(), part.dependencies.end());
-    merged.diagnostics.insert(merged.diagnostics.end(), part.diagnostics.begin(), part.diagnostics.end());
-  }
-  merged.log = nvcc_log + merged.log;
-  merged.compile_ms += nvcc_ms;
-  return merged;
+void use_nvcc_for(jit::CompileRequest& request, const std::vector<size_t>& nvcc_sources, const jit::Nvcc& nvcc,
+                  const std::string& label) {
+  for (size_t i : nvcc_sources)
+    request.external_compiles[i] = [&request, i, nvcc, label] {
+      const std::string& path = request.sources[i].path;
+      KILN_LOG_AT(kInfo, "compile", label + ": " + path + " with nvcc " + nvcc.version + " (" + nvcc.path + ")");
+      jit::CompileResult done = jit::compile_with_nvcc(nvcc, request, i);
+      done.log = "kiln: nvcc " + nvcc.version + " compiled " + path + (done.success ? "\n" : ":\n") + done.log;
+      KILN_LOG_AT(kDebug, "compile", path + ": nvcc " + (done.success ? "compiled it" : "refused it") + " in " +
+                                         std::to_string(static_cast<long>(done.compile_ms)) + " ms");
+      return done;
+    };
 }
 
 Hash128 Ops::clang_unit_key(const Inputs& in, size_t index) {

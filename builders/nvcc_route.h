@@ -15,11 +15,13 @@
 
 namespace kiln::builders {
 
-// Compiles `nvcc_sources` of `request` with nvcc (one after another: each nvcc already runs a
-// pipeline of processes), then the rest of the library with `clang`, the nvcc objects linked in
-// their sources' places. nvcc's diagnostics, log and dependencies are merged into the result; a
-// source nvcc refuses fails the compile without running Clang.
-jit::CompileResult compile_with_nvcc_objects(jit::Toolchain& clang, jit::CompileRequest& request, const std::vector<size_t>& nvcc_sources,
-                                             const jit::Nvcc& nvcc, const std::string& label);
+// Has `request`'s compile run nvcc for `nvcc_sources` (CompileRequest::external_compiles): each
+// nvcc is one of the compile's jobs, side by side with Clang's sources and the other nvcc runs,
+// under the process's job limit, as ninja runs torch's loader's compilers; nvcc's object is linked
+// in its source's place, and its diagnostics, log and dependencies are merged into the result. A
+// source nvcc refuses fails the compile (CompileResult::failed_sources). `request` must outlive
+// the compile; `label` names the library in logs.
+void use_nvcc_for(jit::CompileRequest& request, const std::vector<size_t>& nvcc_sources, const jit::Nvcc& nvcc,
+                  const std::string& label);
 
 }  // namespace kiln::builders

@@ -320,9 +320,12 @@ std::string path_for(const std::string& label, const OpSpec& spec) {
 const std::vector<std::string>& environment_in_key() {
   // Read by Clang's driver (include search, option overrides, tool lookup) or by kiln's
   // own compile setup. KILN_CPU_LEVEL is not here: it changes the target, which is.
+  // KILN_CUDA_SPLIT_DEVICE=0 links a CUDA device pass's cubin from one part instead of four
+  // (jit/clang/split_device.h): the same kernels, other bytes.
   static const std::vector<std::string> k_vars = {
       "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "OBJCPLUS_INCLUDE_PATH",
-      "CCC_OVERRIDE_OPTIONS", "COMPILER_PATH", "GCC_EXEC_PREFIX", "SOURCE_DATE_EPOCH", "KILN_CPU_INCLUDE_DIR"};
+      "CCC_OVERRIDE_OPTIONS", "COMPILER_PATH", "GCC_EXEC_PREFIX", "SOURCE_DATE_EPOCH", "KILN_CPU_INCLUDE_DIR",
+      "KILN_CUDA_SPLIT_DEVICE"};
   return k_vars;
 }
 

@@ -388,6 +388,8 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
   // stored precompiled headers (mapped and hashed: ~2 ms for system_headers' 10 MB PCH).
   if (!nvrtc && !in.hiprtc) jit::start_loading_clang_toolchain();
   // Stored precompiled headers for the sources' include prefixes, or their builds started.
+  // Sources nvcc compiles (nvcc_route.h): set first, so no PCH is made for their Clang passes.
+  if (in.nvcc) use_nvcc_for(request.compile, in.nvcc_sources, *in.nvcc, "library " + spec.name);
   PchUse pch;
   if (m_pchs && !nvrtc && !in.hiprtc)
     pch = m_pchs->prepare(request, in.nvcc ? in.clang_identity : identity, [&]() -> jit::Toolchain* {
@@ -410,8 +412,8 @@ Result<BuildOutcome> Ops::build_route(const OpSpec& spec, const Target& target, 
                                              std::to_string(request.compile.sources.size()) + " sources" + options +
                                              (pch.used ? ", " + std::to_string(pch.used) + " precompiled headers" : ""));
   }
-  jit::CompileResult compiled = in.nvcc ? compile_with_nvcc_objects(*toolchain, request.compile, in.nvcc_sources, *in.nvcc, spec.name)
-                                        : toolchain->compile(request.compile);
+  jit::CompileResult compiled = toolchain->compile(request.compile);
+  request.compile.external_compiles.clear();
   double cpu_ms = compiled.cpu_ms > 0 ? compiled.cpu_ms : static_cast<double>(work_cpu_us() - cpu_start) / 1000.0;
   cpu_ms += static_cast<double>(children_cpu_us() - children_start) / 1000.0;
   out.failed_sources = compiled.failed_sources;

@@ -186,7 +186,7 @@ std::vector<PlannedPch> plan(const BuildRequest& r) {
     std::vector<int> passes = jit::cuda_device_sms(r.compile);
     passes.push_back(0);  // the host pass
     for (size_t i = 0; i < r.compile.sources.size(); ++i)
-      if (jit::is_cuda_source(r.compile.sources[i].path)) {
+      if (jit::is_cuda_source(r.compile.sources[i].path) && !r.compile.external_compiles.count(i)) {  // not nvcc's
         const std::string dir = std::filesystem::path(r.compile.sources[i].path).parent_path().string();
         std::string prefix = include_prefix(r.compile.sources[i].text, r.compile.include_dirs, kiln_dirs, &dir);
         for (int pass : passes) out.push_back({i, prefix, pass});

@@ -11,7 +11,7 @@
 // index that is missing, empty while blobs are here, corrupt or another cache's (the folder's
 // identity is blobs/.store-id) is set aside and rebuilt from them, each blob checked whole, by
 // the first process that opens it, under the store's lock; gc adopts a valid blob the index
-// lacks rather than remove it. docs/store.md says what survives what.
+// lacks rather than remove it. docs/STORE.md says what survives what.
 //
 // Publication order makes a crash harmless: a blob is written to a temporary name, fsynced
 // and renamed into place, then its manifest the same way, then its index row is inserted: a

@@ -3,6 +3,7 @@
 // must stay free of LLVM types.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -20,6 +21,8 @@ struct SourceFile {
   std::string path;
   std::string text;
 };
+
+struct CompileResult;
 
 struct CompileRequest {
   std::string language;      // "cpp"
@@ -52,9 +55,12 @@ struct CompileRequest {
   std::vector<std::string> cuda_flags;
   std::vector<std::string> cuda_archs;
   // A host library's sources compiled by another compiler (the CUDA toolkit's nvcc, where
-  // Clang's CUDA path refused a .cu source: jit/nvcc/nvcc_compiler.h): by source index, the
-  // object to link in that source's place. Not owned; they outlive the compile.
-  std::map<size_t, std::string_view> prebuilt_objects;
+  // Clang's CUDA path refused a .cu source or is slower by construction: builders/nvcc_route.h):
+  // by source index, what compiles that source (success; artifact: the object to link in the
+  // source's place; its diagnostics, log and dependencies become the compile's). The toolchain
+  // calls it on one of its threads, holding one of its job slots, beside its own sources, as
+  // ninja runs a build's compilers side by side.
+  std::map<size_t, std::function<CompileResult()>> external_compiles;
 
   // What to make: the artifact, or a precompiled header of sources[0] (whose text is an include
   // prefix) that later compiles with the same options can use. Toolchains that cannot say so

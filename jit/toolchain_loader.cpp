@@ -87,6 +87,9 @@ Result<std::string> clang_cuda_toolchain_identity() {
     std::string id = clang.value() + ";cuda-via-clang" + nvjitlink_identity();
     std::string libdevice = cuda_toolkit_root() + "/nvvm/libdevice/libdevice.10.bc";
     if (auto hash = memo_file_hash(libdevice); hash.ok()) id += ";libdevice=" + hash->hex();
+    // The toolkit's ptxas compiles a split device pass's parts (jit/clang/split_device.h).
+    if (std::string ptxas = cuda_ptxas_path(); !ptxas.empty())
+      if (auto hash = memo_file_hash(ptxas); hash.ok()) id += ";ptxas=" + hash->hex();
     identity = id;
   });
   return identity;

@@ -21,6 +21,11 @@ std::vector<std::string> cuda_toolkit_roots() {
 
 std::string cuda_toolkit_root() { return cuda_toolkit_roots().front(); }
 
+std::string cuda_ptxas_path() {
+  std::string path = cuda_toolkit_root() + "/bin/ptxas";
+  return ::access(path.c_str(), X_OK) == 0 ? path : std::string();
+}
+
 std::vector<int> cuda_archs_in(std::string_view target) {
   std::vector<int> out;
   for (size_t pos = 0; (pos = target.find("sm_", pos)) != std::string_view::npos; pos += 3)

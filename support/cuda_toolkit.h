@@ -17,6 +17,10 @@ std::vector<std::string> cuda_toolkit_roots();
 // The first of them (where Clang's CUDA path finds libdevice).
 std::string cuda_toolkit_root();
 
+// <cuda_toolkit_root()>/bin/ptxas when it is there to run, else "": what compiles the parts of a
+// split CUDA device pass (jit/clang/split_device.h), and whose bytes then enter the identity.
+std::string cuda_ptxas_path();
+
 // The headers of one CUDA toolkit: what NVRTC compiles against (cuda_fp16.h, cuda_bf16.h,
 // cooperative_groups, and CUB, Thrust and libcu++ from CCCL, which CUDA 13 keeps in
 // include/cccl).

@@ -5,9 +5,11 @@
 // The stages are files of their own beside it, named for what they do (as LLVM's ORC names its
 // layers): compile_unit (one source through Clang's driver and CompilerInstance), split_codegen
 // (a host unit's code generation in parts), cuda_fat_binary (a .cu source's device passes, cubins
-// and fat binary, then its host pass), device_link (device sources as one module; SPIR-V through
-// kiln-spirv), link (lld in-process); with diagnostics.h, dependencies.h, frontend_actions.h (the
-// PCH actions) and cuda_compat.h, all in namespace kiln::jit::stages. They are built into
+// and fat binary, its host pass beside them), split_device (a device pass's optimisation, code
+// generation and ptxas in parts), device_link (device sources as one module; SPIR-V through
+// kiln-spirv), link (lld in-process), job_slots (how many of all these jobs the process runs at
+// once); with diagnostics.h, dependencies.h, frontend_actions.h (the PCH actions) and
+// cuda_compat.h, all in namespace kiln::jit::stages. They are built into
 // libkiln_jit_clang.so, which builders load on the first cache miss.
 //
 // The pipeline follows TOOLCHAIN-FACTS.md: an in-memory copy of each source overlaid on the
@@ -80,6 +82,7 @@
 #include "jit/clang/compile_unit.h"
 #include "jit/clang/cuda_fat_binary.h"
 #include "jit/clang/device_link.h"
+#include "jit/clang/job_slots.h"
 #include "jit/clang/link.h"
 #include "jit/clang/split_codegen.h"
 #include "jit/nvrtc/nvjitlink.h"
@@ -90,6 +93,7 @@
 #include "support/cpu_time.h"
 #include "support/cuda_toolkit.h"
 #include "support/file_util.h"
+#include "support/log.h"
 #include "support/opencl_program_format.h"
 #include "support/subprocess.h"
 
@@ -98,22 +102,16 @@ namespace {
 
 using namespace stages;
 
-// How many threads one compile may use: $KILN_COMPILE_THREADS, else the cores. A value that is
-// not a number from 1 to 1024 is a warning in `result` and the cores are used.
+// How many jobs of this process may run at once (job_slots.h: $KILN_COMPILE_THREADS, else
+// $MAX_JOBS, else the CPUs it may use); a variable set to something else is a warning in `result`.
 unsigned compile_threads(CompileResult& result) {
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const char* env = std::getenv("KILN_COMPILE_THREADS");
-  if (!env) return cores;
-  char* end = nullptr;
-  long n = std::strtol(env, &end, 10);
-  if (end == env || *end != '\0' || n < 1 || n > 1024) {
-    std::string message = std::string("KILN_COMPILE_THREADS=") + env + " is not a number from 1 to 1024; using " +
-                          std::to_string(cores) + " (the cores)";
+  const JobLimit& limit = JobSlots::process().limit();
+  if (!limit.warning.empty()) {
+    const std::string message = limit.warning + "; using " + std::to_string(limit.jobs) + " (" + limit.source + ")";
     result.diagnostics.push_back({Diagnostic::Severity::kWarning, "", 0, 0, message});
     result.log += "warning: " + message + "\n";
-    return cores;
   }
-  return static_cast<unsigned>(n);
+  return limit.jobs;
 }
 
 // The sources' indices, longest text first (ties in their order).
@@ -233,10 +231,13 @@ class ClangToolchain final : public Toolchain {
         const size_t i = order[k];
         const SourceFile& source = request.sources[i];
         auto source_start = std::chrono::steady_clock::now();
-        if (auto prebuilt = request.prebuilt_objects.find(i); prebuilt != request.prebuilt_objects.end()) {
-          objects[i].path = source.path;  // compiled by another compiler (nvcc): linked as it is
-          objects[i].bytes.assign(prebuilt->second.begin(), prebuilt->second.end());
-          compiled[i] = 1;
+        if (auto external = request.external_compiles.find(i); external != request.external_compiles.end()) {
+          JobSlots::Held slot;  // another compiler's process (nvcc): one job, as ninja counts it
+          parts[i] = external->second();
+          compiled[i] = parts[i].success;
+          objects[i].path = source.path;  // its object is linked as it is
+          if (compiled[i]) objects[i].bytes.assign(parts[i].artifact.begin(), parts[i].artifact.end());
+          parts[i].artifact.clear();
         } else if (request.host_library && is_cuda_source(source.path))
           compiled[i] = compile_cuda_unit(source, i, request, *consumers[i], parts[i], objects[i]);
         else if (split)
@@ -285,12 +286,19 @@ class ClangToolchain final : public Toolchain {
       }
       objects = std::move(all);
     }
+    JobSlots::Held link_slot;
     if (ok)
       ok = request.host_library ? link_host_library(objects, request, result.artifact, result.diagnostics, result.log)
                                 : link_shared_object(objects, request.label, result.artifact, result.diagnostics, result.log);
     result.success = ok;
     if (!ok) result.artifact.clear();
     result.compile_ms = ms_since(start);
+    if (log_enabled(LogLevel::kDebug)) {
+      const JobSlots& slots = JobSlots::process();
+      KILN_LOG_AT(kDebug, "compile", request.label + ": " + std::to_string(n) + " sources on " + std::to_string(threads) +
+                                         " threads; the process's jobs: at most " + std::to_string(slots.peak()) + " at once so far, limit " +
+                                         std::to_string(slots.limit().jobs) + " (" + slots.limit().source + ")");
+    }
     return result;
   }
 

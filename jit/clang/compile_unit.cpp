@@ -1,5 +1,6 @@
 // compile_one: see compile_unit.h.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -58,11 +59,13 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/VirtualFileSystem.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/Support/TimeProfiler.h>
 
 #include "jit/clang/cuda_compat.h"
 #include "jit/clang/dependencies.h"
 #include "jit/clang/diagnostics.h"
 #include "jit/clang/frontend_actions.h"
+#include "jit/clang/job_slots.h"
 #include "jit/clang/compile_unit.h"
 #include "jit/clang/cuda_fat_binary.h"
 #include "jit/nvrtc/nvjitlink.h"
@@ -86,6 +89,81 @@ void log_stage(const SourceFile& source, std::string_view stage, std::chrono::st
                                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - since).count()) + " ms");
   since = now;
 }
+
+void PendingBytes::set(std::string_view bytes, bool failed) {
+  {
+    std::lock_guard lock(m_mutex);
+    m_bytes = bytes;
+    m_failed = failed;
+    m_done = true;
+  }
+  m_set.notify_all();
+}
+
+std::optional<std::string_view> PendingBytes::wait() {
+  JobSlots::Released idle;  // the device passes it waits for may need this slot
+  std::unique_lock lock(m_mutex);
+  m_set.wait(lock, [&] { return m_done; });
+  if (m_failed) return std::nullopt;
+  return m_bytes;
+}
+
+bool PendingBytes::failed() const {
+  std::lock_guard lock(m_mutex);
+  return m_done && m_failed;
+}
+
+namespace {
+
+// One file whose bytes are still being made (PendingBytes): opening it waits for them. Every
+// other path is not here, so an overlay looks further down.
+class PendingFileSystem final : public llvm::vfs::FileSystem {
+ public:
+  PendingFileSystem(std::string path, PendingBytes& bytes) : m_path(std::move(path)), m_bytes(bytes) {}
+
+  llvm::ErrorOr<llvm::vfs::Status> status(const llvm::Twine& path) override {
+    if (path.str() != m_path) return std::make_error_code(std::errc::no_such_file_or_directory);
+    return status_of(0);  // without waiting: the reader asks for the whole file (getBuffer), whatever its size
+  }
+  llvm::ErrorOr<std::unique_ptr<llvm::vfs::File>> openFileForRead(const llvm::Twine& path) override {
+    if (path.str() != m_path) return std::make_error_code(std::errc::no_such_file_or_directory);
+    // Failed device passes: an empty fat binary, so the host pass ends without an error of
+    // kiln's making (its object is dropped).
+    std::string_view bytes = m_bytes.wait().value_or(std::string_view());
+    return std::unique_ptr<llvm::vfs::File>(new Opened(status_of(bytes.size()), bytes));
+  }
+  llvm::vfs::directory_iterator dir_begin(const llvm::Twine&, std::error_code& ec) override {
+    ec = std::make_error_code(std::errc::no_such_file_or_directory);
+    return {};
+  }
+  llvm::ErrorOr<std::string> getCurrentWorkingDirectory() const override { return std::string("/"); }
+  std::error_code setCurrentWorkingDirectory(const llvm::Twine&) override { return {}; }
+
+ private:
+  class Opened final : public llvm::vfs::File {
+   public:
+    Opened(llvm::vfs::Status status, std::string_view bytes) : m_status(std::move(status)), m_bytes(bytes) {}
+    llvm::ErrorOr<llvm::vfs::Status> status() override { return m_status; }
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> getBuffer(const llvm::Twine& name, int64_t, bool, bool) override {
+      return llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(m_bytes.data(), m_bytes.size()), name.str(), false);
+    }
+    std::error_code close() override { return {}; }
+
+   private:
+    llvm::vfs::Status m_status;
+    std::string_view m_bytes;
+  };
+
+  llvm::vfs::Status status_of(size_t size) const {
+    return llvm::vfs::Status(m_path, llvm::sys::fs::UniqueID(0x6b696c6e, 1), llvm::sys::TimePoint<>(), 0, 0, size,
+                             llvm::sys::fs::file_type::regular_file, llvm::sys::fs::perms::all_read);
+  }
+
+  std::string m_path;
+  PendingBytes& m_bytes;
+};
+
+}  // namespace
 
 // What a device pass's module defines: its kernels, device functions and variables.
 static void defined_symbols(const llvm::Module* module, std::set<std::string>& out) {
@@ -113,11 +191,44 @@ static void registered_device_symbols(const llvm::Module* module, std::set<std::
   }
 }
 
+double thread_cpu_ms() {
+  rusage usage{};
+  ::getrusage(RUSAGE_THREAD, &usage);
+  return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e3 + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e3;
+}
+
+PassTrace::PassTrace(const SourceFile& source, std::string pass) : m_source(source), m_pass(std::move(pass)) {
+  if (log_enabled(LogLevel::kDebug)) {
+    m_start = std::chrono::steady_clock::now();
+    m_cpu_start = thread_cpu_ms();
+  }
+  const char* dir = ::getenv("KILN_TIME_TRACE");
+  if (!dir || !*dir || llvm::timeTraceProfilerEnabled()) return;
+  static std::atomic<unsigned> counter{0};
+  m_path = std::string(dir) + "/" + std::filesystem::path(source.path).filename().string() + "." + m_pass + "." +
+           std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + ".json";
+  llvm::timeTraceProfilerInitialize(/*TimeTraceGranularity=*/500, "kiln " + source.path);
+}
+
+PassTrace::~PassTrace() {
+  if (log_enabled(LogLevel::kDebug)) {
+    auto since = m_start;
+    log_stage(m_source, m_pass + " (" + std::to_string(static_cast<long>(thread_cpu_ms() - m_cpu_start)) + " ms CPU)", since);
+  }
+  if (m_path.empty()) return;
+  std::error_code ec;
+  llvm::raw_fd_ostream out(m_path, ec);
+  if (!ec) llvm::timeTraceProfilerWrite(out);
+  if (ec) KILN_LOG_AT(kWarn, "compile", "KILN_TIME_TRACE: cannot write " + m_path + ": " + ec.message());
+  llvm::timeTraceProfilerCleanup();
+}
+
 // Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
 // prefix, made by Make::kPrecompiledHeader with the same request options.
 bool compile_one(const SourceFile& source, const CompileRequest& request, std::string_view pch, Make make,
                  CollectingConsumer& consumer, CompileResult& result, ObjectFile& object, ModuleOut* module_out,
                  const CudaPass* cuda_pass) {
+  JobSlots::Held slot;  // one of the process's jobs (job_slots.h), from the parse to the last byte
   std::vector<std::string>& dependencies = result.dependencies;
   auto memory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
   memory->addFile(source.path, 0, llvm::MemoryBuffer::getMemBufferCopy(source.text, source.path));
@@ -128,11 +239,13 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
     memory->addFile(k_cuda_compat_path, 0,
                     llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(k_cuda_compat_header, sizeof(k_cuda_compat_header) - 1),
                                                      k_cuda_compat_path, false));
-  if (cuda_pass && !device_pass)
+  if (cuda_pass && !device_pass && !cuda_pass->pending_fatbin)
     memory->addFile(k_fatbin_path, 0,
                     llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(cuda_pass->fatbin.data(), cuda_pass->fatbin.size()), k_fatbin_path, false));
   auto overlay = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(llvm::vfs::getRealFileSystem());
   overlay->pushOverlay(memory);
+  if (cuda_pass && !device_pass && cuda_pass->pending_fatbin)
+    overlay->pushOverlay(llvm::makeIntrusiveRefCnt<PendingFileSystem>(k_fatbin_path, *cuda_pass->pending_fatbin));
 
   clang::DiagnosticOptions diag_options;
   clang::DiagnosticsEngine diags(clang::DiagnosticIDs::create(), diag_options, &consumer, /*ShouldOwnClient=*/false);
@@ -226,6 +339,8 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
   invocation->getFrontendOpts().DisableFree = false;
   invocation->getCodeGenOpts().DisableFree = false;
   if (cuda_pass && !device_pass) invocation->getCodeGenOpts().CudaGpuBinaryFileName = k_fatbin_path;
+  // The module as Clang's code generation leaves it; the caller runs the optimisation (in parts).
+  if (module_out && module_out->unoptimised) invocation->getCodeGenOpts().DisableLLVMPasses = true;
   if (!pch.empty()) {
     invocation->getPreprocessorOpts().ImplicitPCHInclude = k_pch_path;
     // Clang would compare the headers' sizes and times with those it recorded. The caller found
@@ -266,6 +381,9 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
     for (auto& input : fe.Inputs) input = clang::FrontendInputFile(input.getFile(), input.getKind().getHeader());
   }
 
+  PassTrace trace(source, make == Make::kPrecompiledHeader ? "pch"
+                          : cuda_pass                     ? (device_pass ? "sm_" + std::to_string(cuda_pass->device_sm) : std::string("host"))
+                                                          : std::string("unit"));  // "...: sm_90 (164407 ms CPU) in 329150 ms"
   clang::CompilerInstance instance(invocation);
   // "1 warning generated" goes to stderr otherwise; the diagnostics themselves are data.
   instance.setVerboseOutputStream(std::make_unique<llvm::raw_null_ostream>());
@@ -295,10 +413,18 @@ bool compile_one(const SourceFile& source, const CompileRequest& request, std::s
     }
     ::unlink(pch_file.c_str());
   } else if (make == Make::kModule) {
-    clang::EmitLLVMOnlyAction action(module_out->context);
-    ok = instance.ExecuteAction(action) && !instance.getDiagnostics().hasErrorOccurred();
+    std::unique_ptr<clang::EmitLLVMOnlyAction> action;
+    const bool skip = device_pass && cuda_pass->skip_host_bodies && pch.empty();
+    if (skip) {
+      instance.getFrontendOpts().SkipFunctionBodies = true;  // those SkipHostOnlyBodies picks
+      action = std::make_unique<WithConsumersBefore<clang::EmitLLVMOnlyAction, SkipHostOnlyBodies>>(module_out->context);
+    } else {
+      action = std::make_unique<clang::EmitLLVMOnlyAction>(module_out->context);
+    }
+    ok = instance.ExecuteAction(*action) && !instance.getDiagnostics().hasErrorOccurred();
     if (ok) {
-      module_out->module = action.takeModule();
+      module_out->module = action->takeModule();
+      if (skip && cuda_pass->symbols) defined_symbols(module_out->module.get(), cuda_pass->symbols->emplace());
       const clang::TargetOptions& target = instance.getTargetOpts();
       module_out->triple = target.Triple;
       module_out->cpu = target.CPU;

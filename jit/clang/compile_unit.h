@@ -5,6 +5,8 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <set>
@@ -51,6 +53,9 @@ enum class Make { kCode, kPrecompiledHeader, kModule, kPreprocessed };
 // machine that generates its code must be (CUDA sources linked into one module).
 struct ModuleOut {
   llvm::LLVMContext* context = nullptr;
+  // In: leave the module as Clang's code generation made it (DisableLLVMPasses), for a caller
+  // that runs the optimisation itself (split_device.h).
+  bool unoptimised = false;
   std::unique_ptr<llvm::Module> module;
   std::string triple, cpu;
   std::vector<std::string> features;
@@ -62,6 +67,23 @@ struct ModuleOut {
 // host code, into which Clang's CUDA code generation embeds the fat binary made of the device
 // code (-fcuda-include-gpubinary) with a constructor that registers it and its kernels with the
 // CUDA runtime when the library is loaded.
+// Bytes that another thread makes while a compile that needs them runs: the fat binary, made by
+// a source's device passes while its host pass parses. Thread-safety: any thread may call either.
+class PendingBytes {
+ public:
+  // Hands the bytes over (they must outlive every wait()), or none (`failed`: the maker failed).
+  void set(std::string_view bytes, bool failed = false);
+  // The bytes, once set: nullopt when their maker failed. Lets the caller's job slot go while it waits.
+  std::optional<std::string_view> wait();
+  bool failed() const;
+
+ private:
+  mutable std::mutex m_mutex;
+  std::condition_variable m_set;
+  bool m_done = false, m_failed = false;
+  std::string_view m_bytes;
+};
+
 struct CudaPass {
   int device_sm = 0;        // > 0: the device pass for sm_<device_sm>; 0: the host pass
   std::string_view fatbin;  // the host pass: the fat binary to embed
@@ -71,6 +93,11 @@ struct CudaPass {
   bool skip_host_bodies = false;
   // The host pass, when set: the device-side names of the kernels and variables it registers.
   std::optional<std::set<std::string>>* symbols = nullptr;
+  // The host pass, instead of `fatbin`: the fat binary the device passes are still making. The
+  // host pass parses, and generates its code, beside them; Clang's CUDA code generation reads the
+  // fat binary only when it finishes the unit (CGNVCUDARuntime::makeModuleCtorFunction), and
+  // waits there for it. When the device passes fail, it gets an empty one (its object is dropped).
+  PendingBytes* pending_fatbin = nullptr;
 };
 
 // Where the host pass finds the fat binary: in the in-memory file system, beside a PCH, in the
@@ -81,6 +108,32 @@ constexpr const char* k_fatbin_path = "/kiln-precompiled/device.fatbin";
 // Logs at debug level how long a stage of `source` took since `since` (and resets it): where a
 // library's compile spends its time, per source and per stage (KILN_LOG=debug).
 void log_stage(const SourceFile& source, std::string_view stage, std::chrono::steady_clock::time_point& since);
+
+// The CPU time the calling thread has used, in ms.
+double thread_cpu_ms();
+
+// What one stage on one thread costs, for people: at debug level (KILN_LOG=debug), its wall and
+// CPU time ("causal_conv1d_bwd.cu: sm_90 (164407 ms CPU) in 329150 ms"; on a busy machine the CPU
+// time is the figure to compare). With KILN_TIME_TRACE=<folder>, Clang's own -ftime-trace of it
+// too (front end, template instantiation, each optimisation pass, code generation), written to
+// <folder>/<source>.<stage>.<pid>-<n>.json (Chrome's trace format: chrome://tracing, Perfetto):
+// where a slow source's time goes inside kiln's own pipeline (its PCHs, its skipped host-only
+// bodies, its parts), which a clang++ subprocess with -ftime-trace would not show. The CUDA
+// passes also leave the PTX they made there (cuda_fat_binary.cpp). Per thread: work this stage
+// hands to other threads is in their own traces.
+class PassTrace {
+ public:
+  PassTrace(const SourceFile& source, std::string stage);
+  ~PassTrace();
+  PassTrace(const PassTrace&) = delete;
+  PassTrace& operator=(const PassTrace&) = delete;
+
+ private:
+  const SourceFile& m_source;
+  std::string m_pass, m_path;
+  std::chrono::steady_clock::time_point m_start;
+  double m_cpu_start = 0;
+};
 
 // Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
 // prefix, made by Make::kPrecompiledHeader with the same request options.

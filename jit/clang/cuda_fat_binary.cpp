@@ -63,6 +63,8 @@
 #include "jit/clang/diagnostics.h"
 #include "jit/clang/frontend_actions.h"
 #include "jit/clang/cuda_fat_binary.h"
+#include "jit/clang/job_slots.h"
+#include "jit/clang/split_device.h"
 #include "jit/nvrtc/nvjitlink.h"
 #include "jit/spirv/spirv_validate.h"
 #include "jit/toolchain.h"
@@ -98,7 +100,6 @@ static bool compile_cuda_passes(const SourceFile& source, size_t index, const Co
     return false;
   }
   const size_t n = sms.size();
-  auto stage_start = std::chrono::steady_clock::now();
   clang::DiagnosticOptions options;
   options.ShowColors = false;
   std::vector<std::unique_ptr<CollectingConsumer>> consumers;
@@ -107,21 +108,107 @@ static bool compile_cuda_passes(const SourceFile& source, size_t index, const Co
   std::vector<ObjectFile> ptx(n);
   std::vector<char> compiled(n, 0);
   std::vector<std::optional<std::set<std::string>>> defined(n);  // set by the passes that skipped
-  auto device = [&](size_t i) {
-    CudaPass pass{sms[i], {}, skip_host_bodies, &defined[i]};
-    compiled[i] = compile_one(source, request, cuda_pass_pch(request, index, sms[i]), Make::kCode, *consumers[i], passes[i], ptx[i],
-                              nullptr, &pass);
-  };
-  std::vector<std::thread> threads;
-  std::atomic<int64_t> helpers_cpu_us{0};  // support/cpu_time.h
-  for (size_t i = 1; i < n; ++i)
-    threads.emplace_back([&, i] {
-      device(i);
-      helpers_cpu_us.fetch_add(work_cpu_us());
-    });
-  device(0);
-  for (auto& t : threads) t.join();
+  std::vector<std::string> ptx_text(n);
+  std::vector<std::vector<std::string>> ptx_parts(n);  // per architecture: its PTX, in parts when split
+  std::vector<std::vector<std::string>> relocatable(n);  // and the parts' relocatable cubins, when ptxas made them
+  // KILN_CUDA_SPLIT_DEVICE=0: each device pass in one piece (a check, and a way out).
+  const char* split_env = ::getenv("KILN_CUDA_SPLIT_DEVICE");
+  const bool split = !(split_env && std::string_view(split_env) == "0");
+  std::vector<Result<std::string>> cubins(n, Result<std::string>(std::string()));
+  std::vector<bool> wants_cubin(n, false), wants_ptx(n, false);
+  for (auto& arch : request.cuda_archs) {
+    int code = cuda_arch_code(arch);
+    for (size_t i = 0; i < n; ++i)
+      if (sms[i] == (code < 0 ? -code : code)) (code < 0 ? wants_ptx : wants_cubin)[i] = true;
+  }
+  // The device side, on a thread of its own: the device passes (a thread per architecture), the
+  // cubins (linked side by side), the fat binary. The host pass parses and generates its code
+  // meanwhile on this thread, and waits for the fat binary only at the end of its unit (CudaPass::
+  // pending_fatbin): on two cores, causal-conv1d's causal_conv1d_bwd.cu spent its host pass after
+  // its device pass, one core idle. Each pass holds a job slot (job_slots.h) only while it runs.
+  PendingBytes fatbin;
+  std::atomic<int64_t> helpers_cpu_us{0};  // support/cpu_time.h: each helper hands its CPU to the joiner
+  Result<std::string> encoded(std::string{});
+  std::string device_error;  // why the device side made no fat binary, when it did not
+  std::thread device_side([&] {
+    // Ends, however it returns, by handing its own CPU (and its joined helpers') to this thread's joiner.
+    struct HandOver {
+      std::atomic<int64_t>& total;
+      ~HandOver() { total.fetch_add(work_cpu_us()); }
+    } hand_over{helpers_cpu_us};
+    auto stage_start = std::chrono::steady_clock::now();
+    auto device = [&](size_t i) {
+      CudaPass pass{sms[i], {}, skip_host_bodies, &defined[i]};
+      if (split && !wants_ptx[i]) {
+        // Its optimisation and code generation in parts, side by side (split_device.h).
+        compiled[i] = compile_device_split(source, request, cuda_pass_pch(request, index, sms[i]), pass, *consumers[i], passes[i],
+                                           ptx_parts[i], relocatable[i]);
+      } else {
+        // PTX for the fat binary (compute_XX) is one module: the pass is not split.
+        compiled[i] = compile_one(source, request, cuda_pass_pch(request, index, sms[i]), Make::kCode, *consumers[i], passes[i],
+                                  ptx[i], nullptr, &pass);
+        ptx_parts[i] = {std::string(ptx[i].bytes.data(), ptx[i].bytes.size())};
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < n; ++i)
+      threads.emplace_back([&, i] {
+        device(i);
+        helpers_cpu_us.fetch_add(work_cpu_us());
+      });
+    device(0);
+    for (auto& t : threads) t.join();
+    if (std::find(compiled.begin(), compiled.end(), 0) != compiled.end()) return fatbin.set({}, /*failed=*/true);
+    log_stage(source, "device passes", stage_start);
+    // KILN_TIME_TRACE=<folder> (compile_unit.h): the PTX that ptxas (in nvJitLink) takes next,
+    // beside the passes' traces, to time ptxas on it alone.
+    if (const char* dir = ::getenv("KILN_TIME_TRACE"); dir && *dir)
+      for (size_t i = 0; i < n; ++i)
+        for (size_t k = 0; k < ptx_parts[i].size(); ++k)
+          (void)write_file_atomic(std::string(dir) + "/" + std::filesystem::path(source.path).filename().string() + ".sm_" +
+                                      std::to_string(sms[i]) + "-part" + std::to_string(k) + "." + std::to_string(::getpid()) + ".ptx",
+                                  ptx_parts[i][k], /*durable=*/false);
+    // PTX for the fat binary: the unsplit pass's (nvJitLink reads PTX up to its NUL: a std::string has one after its bytes).
+    for (size_t i = 0; i < n; ++i)
+      if (wants_ptx[i]) ptx_text[i] = ptx_parts[i].front();
+    // The device code: cubins (linked side by side), then PTX, as nvcc orders them.
+    threads.clear();
+    for (size_t i = 0; i < n; ++i)
+      if (wants_cubin[i])
+        threads.emplace_back([&, i] {
+          JobSlots::Held slot;
+          cubins[i] = relocatable[i].empty()
+                          ? link_cubin_parts(std::vector<std::string_view>(ptx_parts[i].begin(), ptx_parts[i].end()), sms[i])
+                          : link_relocatable_cubins(std::vector<std::string_view>(relocatable[i].begin(), relocatable[i].end()), sms[i]);
+        });
+    for (auto& t : threads) t.join();
+    log_stage(source, "cubins linked", stage_start);
+    std::vector<FatbinImage> images;
+    for (size_t i = 0; i < n; ++i) {
+      if (!wants_cubin[i]) continue;
+      if (!cubins[i].ok()) {
+        device_error = "the device code for sm_" + std::to_string(sms[i]) + " does not link: " + cubins[i].status().message();
+        return fatbin.set({}, /*failed=*/true);
+      }
+      images.push_back({FatbinImage::Kind::kCubin, sms[i], *cubins[i]});
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (wants_ptx[i]) images.push_back({FatbinImage::Kind::kPtx, sms[i], ptx_text[i]});
+    encoded = encode_fatbin(images);
+    if (!encoded.ok()) {
+      device_error = encoded.status().message();
+      return fatbin.set({}, /*failed=*/true);
+    }
+    fatbin.set(*encoded);
+  });
+  // What the host registers is looked up when a device pass may skip bodies.
+  auto host_start = std::chrono::steady_clock::now();
+  std::optional<std::set<std::string>> registered;
+  CudaPass host{0, {}, false, skip_host_bodies ? &registered : nullptr, &fatbin};
+  bool host_ok = compile_one(source, request, cuda_pass_pch(request, index, 0), Make::kCode, consumer, part, object, nullptr, &host);
+  device_side.join();
   add_joined_helpers_cpu_us(helpers_cpu_us.load());
+  log_stage(source, "host pass (beside the device passes)", host_start);
   bool ok = true;
   std::set<std::string> seen;
   for (size_t i = 0; i < n; ++i) {
@@ -136,48 +223,15 @@ static bool compile_cuda_passes(const SourceFile& source, size_t index, const Co
     part.dependencies.insert(part.dependencies.end(), passes[i].dependencies.begin(), passes[i].dependencies.end());
     part.missing_files.insert(part.missing_files.end(), passes[i].missing_files.begin(), passes[i].missing_files.end());
   }
-  if (!ok) return false;
-  // nvJitLink reads PTX up to its NUL: a std::string has one after its bytes.
-  log_stage(source, "device passes", stage_start);
-  std::vector<std::string> ptx_text(n);
-  for (size_t i = 0; i < n; ++i) ptx_text[i].assign(ptx[i].bytes.data(), ptx[i].bytes.size());
-  // The device code: cubins (linked side by side), then PTX, as nvcc orders them.
-  std::vector<Result<std::string>> cubins(n, Result<std::string>(std::string()));
-  std::vector<bool> wants_cubin(n, false), wants_ptx(n, false);
-  for (auto& arch : request.cuda_archs) {
-    int code = cuda_arch_code(arch);
-    for (size_t i = 0; i < n; ++i)
-      if (sms[i] == (code < 0 ? -code : code)) (code < 0 ? wants_ptx : wants_cubin)[i] = true;
-  }
-  threads.clear();
-  for (size_t i = 0; i < n; ++i)
-    if (wants_cubin[i])
-      threads.emplace_back([&, i] { cubins[i] = link_cubin(ptx_text[i], sms[i]); });
-  for (auto& t : threads) t.join();
-  log_stage(source, "cubins linked", stage_start);
-  std::vector<FatbinImage> images;
-  for (size_t i = 0; i < n; ++i) {
-    if (!wants_cubin[i]) continue;
-    if (!cubins[i].ok()) {
-      part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0,
-                                  "the device code for sm_" + std::to_string(sms[i]) + " does not link: " + cubins[i].status().message()});
-      return false;
-    }
-    images.push_back({FatbinImage::Kind::kCubin, sms[i], *cubins[i]});
-  }
-  for (size_t i = 0; i < n; ++i)
-    if (wants_ptx[i]) images.push_back({FatbinImage::Kind::kPtx, sms[i], ptx_text[i]});
-  auto fatbin = encode_fatbin(images);
-  if (!fatbin.ok()) {
-    part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0, fatbin.status().message()});
+  if (!ok || fatbin.failed()) {
+    // The device side decides: what the host pass said (it ran on an empty fat binary) is left
+    // out, as when it ran only after the device passes had succeeded.
+    consumer.clear();
+    object = ObjectFile{};
+    if (!device_error.empty()) part.diagnostics.push_back({Diagnostic::Severity::kError, source.path, 0, 0, device_error});
     return false;
   }
-  // What the host registers is looked up only when a device pass skipped bodies.
-  std::optional<std::set<std::string>> registered;
-  const bool any_skipped = std::any_of(defined.begin(), defined.end(), [](const auto& d) { return d.has_value(); });
-  CudaPass host{0, *fatbin, false, any_skipped ? &registered : nullptr};
-  ok = compile_one(source, request, cuda_pass_pch(request, index, 0), Make::kCode, consumer, part, object, nullptr, &host);
-  log_stage(source, "host pass", stage_start);
+  ok = host_ok;
   if (ok && registered)
     for (size_t i = 0; i < n && incomplete.empty(); ++i)
       if (defined[i])

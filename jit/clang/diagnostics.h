@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <clang/Basic/Diagnostic.h>
+#include <clang/Basic/SourceManager.h>
 #include <clang/Frontend/TextDiagnosticPrinter.h>
 #include <llvm/Support/raw_ostream.h>
 

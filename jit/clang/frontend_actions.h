@@ -39,6 +39,10 @@ class BeforePchWriter : public clang::SemaConsumer {
 // they see each declaration, and the end of the unit, before it does.
 template <typename Action, typename... Before>
 class WithConsumersBefore final : public Action {
+ public:
+  using Action::Action;
+
+ private:
   std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance& ci, llvm::StringRef in_file) override {
     auto own = Action::CreateASTConsumer(ci, in_file);
     if (!own) return nullptr;

@@ -62,6 +62,7 @@
 #include "jit/clang/diagnostics.h"
 #include "jit/clang/frontend_actions.h"
 #include "jit/clang/split_codegen.h"
+#include "jit/clang/job_slots.h"
 #include "jit/nvrtc/nvjitlink.h"
 #include "jit/spirv/spirv_validate.h"
 #include "jit/toolchain.h"
@@ -138,6 +139,7 @@ bool compile_host_split(const SourceFile& source, size_t unit_index, const Compi
   // Counted under no lock of ours: run_until reads it under the queue's lock, after each job ends.
   std::atomic<size_t> remaining{parts.size()};
   auto generate = [&](size_t i) {
+    JobSlots::Held slot;
     llvm::LLVMContext own;
     auto module = llvm::parseBitcodeFile(llvm::MemoryBufferRef(llvm::StringRef(parts[i].data(), parts[i].size()), "part"), own);
     if (!module) {

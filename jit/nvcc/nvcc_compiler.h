@@ -2,7 +2,7 @@
 // (a torch extension's .cu, host code and device code) that Clang's CUDA path refuses and nvcc
 // accepts (C++ that nvcc's front end is lenient about, such as narrowing in braces). NVRTC
 // cannot take such a source (it has no host code), so builders compile it with nvcc into an
-// object that the Clang toolchain links in its place (CompileRequest::prebuilt_objects).
+// object that the Clang toolchain links in its place (CompileRequest::external_compiles).
 // Nothing here loads LLVM or a CUDA library.
 #pragma once
 

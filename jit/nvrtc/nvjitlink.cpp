@@ -98,7 +98,22 @@ std::string nvjitlink_identity() {
   return id;
 }
 
-Result<std::string> link_cubin(std::string_view ptx, int sm) {
+namespace {
+constexpr int k_input_cubin = 1;  // NVJITLINK_INPUT_CUBIN
+Result<std::string> link_inputs(const std::vector<std::string_view>& ptx, int kind, int sm);
+}  // namespace
+
+Result<std::string> link_cubin(std::string_view ptx, int sm) { return link_inputs({ptx}, k_input_ptx, sm); }
+
+Result<std::string> link_cubin_parts(const std::vector<std::string_view>& ptx, int sm) { return link_inputs(ptx, k_input_ptx, sm); }
+
+Result<std::string> link_relocatable_cubins(const std::vector<std::string_view>& cubins, int sm) {
+  return link_inputs(cubins, k_input_cubin, sm);
+}
+
+namespace {
+
+Result<std::string> link_inputs(const std::vector<std::string_view>& ptx, int kind, int sm) {
   if (!nvjitlink_available()) return unavailable("nvJitLink (libnvJitLink.so.13) was not found");
   const Api& l = g_api;
   std::string arch = "-arch=sm_" + std::to_string(sm);
@@ -107,12 +122,19 @@ Result<std::string> link_cubin(std::string_view ptx, int sm) {
   // nvJitLink itself splits only LTO input): DeepSpeed's quant_reduce.cu, 16 MB of PTX, took 29.1 s
   // to link and 20.8 s split in 4 (this machine, 2 cores). A fixed count, so the cubin's bytes do
   // not depend on the machine (they do on the count); small modules are not split.
-  if (ptx.size() >= k_split_ptx_bytes) options.push_back("-Xptxas=--split-compile=4");
+  size_t bytes = 0;
+  for (auto& p : ptx) bytes += p.size();
+  if (kind == k_input_ptx && bytes >= k_split_ptx_bytes) options.push_back("-Xptxas=--split-compile=4");
   void* h = nullptr;
   if (l.create(&h, static_cast<uint32_t>(options.size()), options.data()) != 0)
     return internal_error("nvJitLinkCreate failed for sm_" + std::to_string(sm));
   std::string out;
-  bool ok = l.add_data(h, k_input_ptx, ptx.data(), ptx.size(), "kernel.ptx") == 0 && l.complete(h) == 0;
+  bool ok = true;
+  for (size_t i = 0; i < ptx.size() && ok; ++i) {
+    std::string name = "kernel" + (ptx.size() > 1 ? "." + std::to_string(i) : std::string()) + (kind == k_input_ptx ? ".ptx" : ".cubin");
+    ok = l.add_data(h, kind, ptx[i].data(), ptx[i].size(), name.c_str()) == 0;
+  }
+  ok = ok && l.complete(h) == 0;
   Status st;
   if (ok) {
     size_t n = 0;
@@ -131,6 +153,8 @@ Result<std::string> link_cubin(std::string_view ptx, int sm) {
   if (!st.ok()) return st;
   return out;
 }
+
+}  // namespace
 
 Result<std::vector<KernelResources>> ptxas_resources(std::string_view ptx, int sm) {
   if (!nvjitlink_available()) return unavailable("nvJitLink (libnvJitLink.so.13) was not found");

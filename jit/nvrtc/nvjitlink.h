@@ -23,6 +23,15 @@ std::string nvjitlink_identity();
 // The cubin for compute capability `sm` (e.g. 90) linked from `ptx`; errors carry its log.
 Result<std::string> link_cubin(std::string_view ptx, int sm);
 
+// One cubin for sm_<sm> from several PTX modules (the parts of one split device pass: each
+// defines its own kernels, and its other functions are internal to it), linked as nvJitLink links
+// relocatable device code. A one-element list is link_cubin.
+Result<std::string> link_cubin_parts(const std::vector<std::string_view>& ptx, int sm);
+
+// One cubin for sm_<sm> from relocatable cubins (ptxas -c of each part of a split device pass):
+// only the link, ~0.2 s for causal_conv1d_bwd.cu's four parts.
+Result<std::string> link_relocatable_cubins(const std::vector<std::string_view>& cubins, int sm);
+
 // A cubin for each of `archs` from one `ptx`, linked at once (one thread per architecture
 // beyond the first): ptxas inside nvJitLink is most of a CUDA compile (~17 ms of row_softmax's
 // ~40 for sm_90), and the links share nothing. The first error is returned.

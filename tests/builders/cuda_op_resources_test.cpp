@@ -6,7 +6,7 @@
 // GPU runs the op); a figure below it is reported, to be written into the file. The PTX must also
 // keep the 128-bit loads and stores the bandwidth-bound kernels are written for.
 //
-// KILN_UPDATE_CUDA_RESOURCES=1 rewrites the file from this run (docs/cuda-ops.md).
+// KILN_UPDATE_CUDA_RESOURCES=1 rewrites the file from this run (docs/CUDA-OPS.md).
 #include <gtest/gtest.h>
 
 #include <cstdio>

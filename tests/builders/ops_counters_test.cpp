@@ -1,5 +1,5 @@
 // Every counter `kiln cache stats` prints moves by what happened, through the ops API: the real
-// compiler, a real cache folder, a real Redis for the remote tier (docs/store.md lists them).
+// compiler, a real cache folder, a real Redis for the remote tier (docs/STORE.md lists them).
 #include <gtest/gtest.h>
 
 #include "builders/ops.h"

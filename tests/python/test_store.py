@@ -1,4 +1,4 @@
-"""The store tells the truth, seen from Python's paths into it (docs/store.md): every folder kiln
+"""The store tells the truth, seen from Python's paths into it (docs/STORE.md): every folder kiln
 makes is private whichever path makes it first (kiln.Context, Triton's staging, Inductor's builds);
 Triton's compiles are counted once each, with their wall and CPU time, and none is lost when the
 process is killed; a damaged kernel is named as the index knows it; an index removed under a Triton

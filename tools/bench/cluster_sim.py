@@ -257,7 +257,7 @@ def markdown(results):
     return "\n".join(out)
 
 
-# The model's assumptions (docs/cluster-scale.md): a real network, not this machine's loopback.
+# The model's assumptions (docs/CLUSTER-SCALE.md): a real network, not this machine's loopback.
 MODEL = dict(
     server_gbit=25,               # each Redis shard's NIC
     node_gbit=25,                 # each node's front-end NIC

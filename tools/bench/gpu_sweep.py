@@ -1,6 +1,6 @@
 """kiln's bandwidth-bound CUDA ops against torch's own, over sizes from 4 KiB to 1 GiB per
 tensor, with the device's copy bandwidth at each size: the whole curve from one device call
-(tools/gpu-check and tools/gpu-wheel-check run it; docs/cuda-ops.md says what to look for).
+(tools/gpu-check and tools/gpu-wheel-check run it; docs/CUDA-OPS.md says what to look for).
 
 For each op and size it prints the time per call (median of --reps batches, each batch timed by
 CUDA events around enough back-to-back calls to take about a millisecond, so small sizes measure

@@ -4,7 +4,7 @@
 // the built-in variables, float4/uint4/uint2, __ldg (through ldg below), __shfl_xor_sync and
 // __syncthreads.
 //
-// What the bandwidth-bound kernels share (docs/cuda-ops.md says why each choice):
+// What the bandwidth-bound kernels share (docs/CUDA-OPS.md says why each choice):
 // - every thread strides over the whole problem by the grid's size, so any grid and block
 //   cover it (callers that launch a thread per element, grid = cdiv(n, block), still work);
 //   the specs' [cuda] grid sizes the grid to the device instead (sm_count);

@@ -27,6 +27,7 @@ SECTIONS = {
     "torch-compile": "torch_compile",
     "wheel": "wheel",
     "deepspeed-builders": "deepspeed_builders",
+    "cuda-extensions": "cuda_extensions",
 }
 
 

@@ -1,0 +1,160 @@
+"""CUDA extensions from PyPI sdists that nobody here wrote (causal-conv1d, torch-scatter,
+torchsort, nerfacc, torch-cluster, torch-spline-conv), each built cold for sm_90 with the flags its setup.py
+gives torch, through kiln.torch.load (empty KILN_CACHE_DIR) and through
+torch.utils.cpp_extension.load (ninja, nvcc, g++; empty TORCH_EXTENSIONS_DIR, CCACHE_DISABLE=1),
+interleaved in one run, each build a fresh process (tools/bench/cuda_extensions.py): load()'s wall
+time, the CPU seconds of the build's process tree and the load average around it. The sdists are
+fetched at run time (pip download --no-binary :all:) into $KILN_COMPARE_CACHE/sdists (default
+~/.cache/kiln-compare/sdists); KILN_COMPARE_CUDA_EXT=name,... picks entries,
+KILN_COMPARE_CUDA_EXT_REPS the runs of each (default 1, --quick 1)
+"""
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import tarfile
+import time
+
+from ..harness import BENCH, BUILD, child_env, goal, log, rows, run, section_took, stats_ms, VENV_PYTHON, add
+
+OPT_IN = True  # slow (each build takes minutes): run only when named in --only
+
+# nvcc's flags of causal-conv1d's setup.py (its -gencode list left out: TORCH_CUDA_ARCH_LIST=9.0).
+_CAUSAL_CONV1D_NVCC = ["-O3", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+                       "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_BFLOAT162_OPERATORS__",
+                       "-U__CUDA_NO_BFLOAT162_CONVERSIONS__", "--expt-relaxed-constexpr", "--expt-extended-lambda",
+                       "--use_fast_math", "--ptxas-options=-v", "-lineinfo", "--threads", "4"]
+# torch-scatter's setup.py on Linux with CUDA (WITH_PYTHON, WITH_CUDA as macros); torch-cluster's
+# has -O2 for both compilers, torch-spline-conv's -O2 and no WITH_PYTHON.
+_PYG_CXX = ["-O3", "-Wno-sign-compare", "-DAT_PARALLEL_OPENMP", "-fopenmp", "-DWITH_PYTHON", "-DWITH_CUDA"]
+_PYG_NVCC = ["-O3", "--expt-relaxed-constexpr", "-DWITH_PYTHON", "-DWITH_CUDA"]
+
+# One extension module each, as its package's setup.py builds it: sdist, sources (relative to the
+# unpacked sdist), include folders, host flags, nvcc flags, linker flags, and whether it is a
+# Python module (PyG's are libraries of torch ops, loaded with is_python_module=False).
+CORPUS = [
+    {"entry": "causal-conv1d 1.7.0", "package": "causal-conv1d", "version": "1.7.0", "name": "causal_conv1d_cuda",
+     "sources": ["csrc/causal_conv1d.cpp", "csrc/causal_conv1d_fwd.cu", "csrc/causal_conv1d_bwd.cu", "csrc/causal_conv1d_update.cu"],
+     "include_dirs": ["csrc"], "cflags": ["-O3"], "cuda_cflags": _CAUSAL_CONV1D_NVCC, "ldflags": [], "python_module": True},
+    {"entry": "torch-scatter 2.1.2 (_segment_coo)", "package": "torch-scatter", "version": "2.1.2", "name": "_segment_coo_cuda",
+     "sources": ["csrc/segment_coo.cpp", "csrc/cpu/segment_coo_cpu.cpp", "csrc/cuda/segment_coo_cuda.cu"],
+     "include_dirs": ["csrc"], "cflags": _PYG_CXX, "cuda_cflags": _PYG_NVCC, "ldflags": ["-s"], "python_module": False},
+    {"entry": "torchsort 0.1.10 (isotonic_cuda)", "package": "torchsort", "version": "0.1.10", "name": "isotonic_cuda",
+     "sources": ["torchsort/isotonic_cuda.cu"], "include_dirs": [], "cflags": [], "cuda_cflags": [], "ldflags": [],
+     "python_module": True},
+    # nerfacc's own JIT build (nerfacc/cuda/_backend.py calls cpp_extension.load with these).
+    {"entry": "nerfacc 0.5.3 (its JIT build)", "package": "nerfacc", "version": "0.5.3", "name": "nerfacc_cuda",
+     "sources": ["nerfacc/cuda/csrc/camera.cu", "nerfacc/cuda/csrc/grid.cu", "nerfacc/cuda/csrc/pdf.cu", "nerfacc/cuda/csrc/scan.cu",
+                 "nerfacc/cuda/csrc/nerfacc.cpp"],
+     "include_dirs": [], "cflags": ["-O3"], "cuda_cflags": ["-O3"], "ldflags": [], "python_module": True},
+    {"entry": "torch-cluster 1.6.3 (_knn)", "package": "torch-cluster", "version": "1.6.3", "name": "_knn_cuda",
+     "sources": ["csrc/knn.cpp", "csrc/cpu/knn_cpu.cpp", "csrc/cuda/knn_cuda.cu"], "include_dirs": ["csrc"],
+     "cflags": ["-O2"] + _PYG_CXX[1:], "cuda_cflags": ["-O2"] + _PYG_NVCC[1:], "ldflags": ["-s"], "python_module": False},
+    {"entry": "torch-spline-conv 1.2.2 (_weighting)", "package": "torch-spline-conv", "version": "1.2.2", "name": "_weighting_cuda",
+     "sources": ["csrc/weighting.cpp", "csrc/cpu/weighting_cpu.cpp", "csrc/cuda/weighting_cuda.cu"], "include_dirs": ["csrc"],
+     "cflags": ["-O2", "-Wno-sign-compare", "-DAT_PARALLEL_OPENMP", "-fopenmp", "-DWITH_CUDA"],
+     "cuda_cflags": ["-O2", "--expt-relaxed-constexpr", "-DWITH_CUDA"], "ldflags": ["-s"], "python_module": False},
+]
+
+
+def sdist_root(cache, package, version):
+    """The unpacked sdist of package==version in `cache`, downloaded and unpacked if missing."""
+    folder = os.path.join(cache, f"{package.replace('-', '_')}-{version}")
+    if os.path.isdir(folder):
+        return folder
+    os.makedirs(cache, exist_ok=True)
+    # The sdist itself; its metadata is prepared by the venv's setuptools and torch (no build
+    # isolation: an isolated build would fetch torch from source).
+    run([VENV_PYTHON, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--no-build-isolation",
+         f"{package}=={version}", "-d", cache], env=child_env())
+    archive = next(os.path.join(cache, f) for f in os.listdir(cache)
+                   if f.lower().startswith(f"{package.replace('-', '_')}-{version}".lower()) and f.endswith(".tar.gz"))
+    with tarfile.open(archive) as t:
+        # The "data" filter (no links out, no devices) where this Python has it (3.11.4 and later).
+        t.extractall(cache, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return folder
+
+
+def build(how, entry, env):
+    """One cold build in a fresh process: (load()'s wall ms, CPU s of the process tree, loads)."""
+    driver = os.path.join(BENCH, "cuda_extensions.py")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run([VENV_PYTHON, driver, how, json.dumps(entry)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        raise RuntimeError(f"{how} build of {entry['entry']} failed ({r.returncode}):\n{r.stderr[-2500:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return out["seconds"] * 1000, cpu, out["load_before"][0], out["load_after"][0]
+
+
+def section(a, work):
+    """Per entry: kiln.torch.load cold, then cpp_extension.load cold (the order swapped every
+    other run), each in a fresh process with an empty cache."""
+    started, load_start = time.monotonic(), os.getloadavg()
+    probe = run([VENV_PYTHON, "-c", "import torch; assert torch.version.cuda"], check=False, env=child_env())
+    if probe.returncode != 0:
+        add("cuda-extensions", "CUDA extensions from PyPI", None, "",
+            missing=f"a CUDA torch does not import under {VENV_PYTHON}: {probe.stderr.strip()[-300:]}")
+        return
+    cache = os.path.join(os.environ.get("KILN_COMPARE_CACHE", os.path.expanduser("~/.cache/kiln-compare")), "sdists")
+    chosen = [e for e in CORPUS if not os.environ.get("KILN_COMPARE_CUDA_EXT") or
+              e["package"] in os.environ["KILN_COMPARE_CUDA_EXT"].split(",") or e["name"] in os.environ["KILN_COMPARE_CUDA_EXT"].split(",")]
+    reps = 1 if a.quick else int(os.environ.get("KILN_COMPARE_CUDA_EXT_REPS", "1"))
+    base = child_env()
+    base.update({"TORCH_CUDA_ARCH_LIST": "9.0", "CCACHE_DISABLE": "1", "PYTHONPATH": os.path.join(BUILD, "python")})
+    ratios = []
+    for e in chosen:
+        entry = dict(e, root=sdist_root(cache, e["package"], e["version"]))
+        wall = {"kiln": [], "torch": []}
+        cpu = {"kiln": [], "torch": []}
+        loads = []
+        failed = None
+        for i in range(reps):
+            for how in (("kiln", "torch") if i % 2 == 0 else ("torch", "kiln")):
+                tag = f"{e['name']}-{how}{i}"
+                env = dict(base, KILN_CACHE_DIR=os.path.join(work, tag + "-cache"), TORCH_EXTENSIONS_DIR=os.path.join(work, tag + "-ext"))
+                log(f"compare: cuda-extensions: {e['entry']}: {how} (run {i + 1} of {reps})")
+                try:
+                    ms, cpu_s, before, after = build(how, entry, env)
+                except RuntimeError as error:  # an entry that does not build is a row that says so
+                    failed = failed or str(error)
+                    log(f"compare: cuda-extensions: {error}")
+                    continue
+                wall[how].append(ms)
+                cpu[how].append(cpu_s)
+                loads += [before, after]
+                log(f"compare: cuda-extensions: {e['entry']}: {how} {ms / 1000:.1f} s, {cpu_s:.1f} CPU s, load {before:.1f} -> {after:.1f}")
+                for folder in (env["KILN_CACHE_DIR"], env["TORCH_EXTENSIONS_DIR"]):
+                    shutil.rmtree(folder, ignore_errors=True)
+        if failed or not wall["kiln"] or not wall["torch"]:
+            rows.append({"section": "cuda-extensions", "what": f"{e['entry']} cold", "peer_missing": (failed or "no run")[-600:]})
+            continue
+        kiln_how = "kiln.torch.load(name, sources, the setup.py's flags) in a fresh process, TORCH_CUDA_ARCH_LIST=9.0, empty KILN_CACHE_DIR"
+        peer_cmd = ("torch.utils.cpp_extension.load(same arguments) (ninja, nvcc, g++; CCACHE_DISABLE=1), fresh process, "
+                    "empty TORCH_EXTENSIONS_DIR")
+        f = lambda xs: statistics.median(xs)
+        row = add("cuda-extensions", f"{e['entry']} cold: {len(e['sources'])} sources", stats_ms(wall["kiln"]), kiln_how,
+                  stats_ms(wall["torch"]), peer_cmd,
+                  note=(f"CPU seconds of the process tree: kiln {f(cpu['kiln']):.0f}, torch {f(cpu['torch']):.0f} "
+                        f"({f(cpu['torch']) / f(cpu['kiln']):.2f}x); 1-min load {min(loads):.1f}..{max(loads):.1f} around the builds"))
+        row["cpu_s"] = {"kiln": cpu["kiln"], "torch": cpu["torch"]}
+        goal(row, ">= 1.0x", row["ratio"] >= 1.0)
+        ratios.append(row["ratio"])
+    if ratios:
+        median = statistics.median(ratios)
+        rows.append({"section": "cuda-extensions", "what": f"median over the {len(ratios)} entries (wall, peer / kiln)",
+                     "summary_ratio": median, "goal": {"text": ">= 2x on the median", "met": median >= 2},
+                     "note": f"goal >= 2x on the median: {'pass' if median >= 2 else 'MISS'}; lowest {min(ratios):.2f}x"})
+    section_took("cuda-extensions", started, load_start)
+
+
+def docs():
+    return ("\nEach build is a fresh process with an empty cache: the whole first build of the extension, PCHs included for "
+            "kiln. The sdists come from PyPI at run time (`pip download --no-binary :all: --no-deps`), unpacked into "
+            "`~/.cache/kiln-compare/sdists`; the corpus (sources and flags per package) is in "
+            "`tools/bench/kiln_compare/sections/cuda_extensions.py`. How kiln builds a .cu source (the device pass in parts, "
+            "the host pass beside it, one job limit): [CUDA-EXTENSIONS.md](CUDA-EXTENSIONS.md).\n\n")
