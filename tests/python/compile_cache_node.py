@@ -142,11 +142,17 @@ def main():
     first = time.perf_counter() - first
     from torch._dynamo.utils import counters
 
+    try:  # torch's own timers of its compile phases (dynamo_timed), summed per phase
+        from torch._dynamo.utils import compilation_time_metrics
+        phases = {k: round(sum(v), 3) for k, v in compilation_time_metrics.items()}
+    except ImportError:
+        phases = {}
+
     # ready_s: from the start of this script to the first call's end, the figure to compare
     # (kiln's install imports Inductor's modules that torch imports on its first compile).
     report = {"first_call_s": first, "import_s": imported, "ready_s": time.perf_counter() - start,
               "inductor": dict(counters["inductor"]), "aot_autograd": dict(counters["aot_autograd"]),
-              "graphs": counters["stats"]["unique_graphs"], "triton": triton_counts, **spent}
+              "graphs": counters["stats"]["unique_graphs"], "triton": triton_counts, "phases": phases, **spent}
     if os.environ.get("KILN", "1") == "1":
         import kiln.torch.compile_cache
         import kiln.torch.inductor
