@@ -1,5 +1,5 @@
 """CUDA extensions from PyPI sdists that nobody here wrote (causal-conv1d, torch-scatter,
-torchsort, nerfacc, torch-cluster, torch-spline-conv), each built cold for sm_90 with the flags its setup.py
+torchsort, chamferdist, torch-cluster, torch-spline-conv), each built cold for sm_90 with the flags its setup.py
 gives torch, through kiln.torch.load (empty KILN_CACHE_DIR) and through
 torch.utils.cpp_extension.load (ninja, nvcc, g++; empty TORCH_EXTENSIONS_DIR, CCACHE_DISABLE=1),
 interleaved in one run, each build a fresh process (tools/bench/cuda_extensions.py): load()'s wall
@@ -44,11 +44,17 @@ CORPUS = [
     {"entry": "torchsort 0.1.10 (isotonic_cuda)", "package": "torchsort", "version": "0.1.10", "name": "isotonic_cuda",
      "sources": ["torchsort/isotonic_cuda.cu"], "include_dirs": [], "cflags": [], "cuda_cflags": [], "ldflags": [],
      "python_module": True},
-    # nerfacc's own JIT build (nerfacc/cuda/_backend.py calls cpp_extension.load with these).
-    {"entry": "nerfacc 0.5.3 (its JIT build)", "package": "nerfacc", "version": "0.5.3", "name": "nerfacc_cuda",
-     "sources": ["nerfacc/cuda/csrc/camera.cu", "nerfacc/cuda/csrc/grid.cu", "nerfacc/cuda/csrc/pdf.cu", "nerfacc/cuda/csrc/scan.cu",
-                 "nerfacc/cuda/csrc/nerfacc.cpp"],
-     "include_dirs": [], "cflags": ["-O3"], "cuda_cflags": ["-O3"], "ldflags": [], "python_module": True},
+    {"entry": "torch-scatter 2.1.2 (_scatter)", "package": "torch-scatter", "version": "2.1.2", "name": "_scatter_cuda",
+     "sources": ["csrc/scatter.cpp", "csrc/cpu/scatter_cpu.cpp", "csrc/cuda/scatter_cuda.cu"],
+     "include_dirs": ["csrc"], "cflags": _PYG_CXX, "cuda_cflags": _PYG_NVCC, "ldflags": ["-s"], "python_module": False},
+    {"entry": "chamferdist 1.0.3", "package": "chamferdist", "version": "1.0.3", "name": "chamferdist_ext",
+     "sources": ["chamferdist/ext.cpp", "chamferdist/knn_cpu.cpp", "chamferdist/knn.cu"], "include_dirs": ["chamferdist"],
+     "cflags": ["-std=c++17", "-DWITH_CUDA"],
+     "cuda_cflags": ["-DWITH_CUDA", "-DCUDA_HAS_FP16=1", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                     "-D__CUDA_NO_HALF2_OPERATORS__"], "ldflags": [], "python_module": True},
+    # Not in the corpus: nerfacc 0.5.3's own JIT build (nerfacc/cuda/_backend.py) fails under torch 2.x with both
+    # loaders, nvcc and Clang alike: its utils_math.cuh declares a lerp(float, float, float) that conflicts with
+    # C++17's std::lerp, which torch's C++17 brings in.
     {"entry": "torch-cluster 1.6.3 (_knn)", "package": "torch-cluster", "version": "1.6.3", "name": "_knn_cuda",
      "sources": ["csrc/knn.cpp", "csrc/cpu/knn_cpu.cpp", "csrc/cuda/knn_cuda.cu"], "include_dirs": ["csrc"],
      "cflags": ["-O2"] + _PYG_CXX[1:], "cuda_cflags": ["-O2"] + _PYG_NVCC[1:], "ldflags": ["-s"], "python_module": False},
