@@ -47,14 +47,11 @@ CORPUS = [
     {"entry": "torch-scatter 2.1.2 (_scatter)", "package": "torch-scatter", "version": "2.1.2", "name": "_scatter_cuda",
      "sources": ["csrc/scatter.cpp", "csrc/cpu/scatter_cpu.cpp", "csrc/cuda/scatter_cuda.cu"],
      "include_dirs": ["csrc"], "cflags": _PYG_CXX, "cuda_cflags": _PYG_NVCC, "ldflags": ["-s"], "python_module": False},
-    {"entry": "chamferdist 1.0.3", "package": "chamferdist", "version": "1.0.3", "name": "chamferdist_ext",
-     "sources": ["chamferdist/ext.cpp", "chamferdist/knn_cpu.cpp", "chamferdist/knn.cu"], "include_dirs": ["chamferdist"],
-     "cflags": ["-std=c++17", "-DWITH_CUDA"],
-     "cuda_cflags": ["-DWITH_CUDA", "-DCUDA_HAS_FP16=1", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
-                     "-D__CUDA_NO_HALF2_OPERATORS__"], "ldflags": [], "python_module": True},
-    # Not in the corpus: nerfacc 0.5.3's own JIT build (nerfacc/cuda/_backend.py) fails under torch 2.x with both
-    # loaders, nvcc and Clang alike: its utils_math.cuh declares a lerp(float, float, float) that conflicts with
-    # C++17's std::lerp, which torch's C++17 brings in.
+    # Not in the corpus, as neither loader builds them under torch 2.15 (nvcc and Clang alike):
+    # - nerfacc 0.5.3's own JIT build (nerfacc/cuda/_backend.py): its utils_math.cuh declares a
+    #   lerp(float, float, float) that conflicts with C++17's std::lerp;
+    # - chamferdist 1.0.3: its setup.py passes -std=c++17, and torch 2.15's headers need C++20
+    #   (std::strong_ordering, requires-clauses).
     {"entry": "torch-cluster 1.6.3 (_knn)", "package": "torch-cluster", "version": "1.6.3", "name": "_knn_cuda",
      "sources": ["csrc/knn.cpp", "csrc/cpu/knn_cpu.cpp", "csrc/cuda/knn_cuda.cu"], "include_dirs": ["csrc"],
      "cflags": ["-O2"] + _PYG_CXX[1:], "cuda_cflags": ["-O2"] + _PYG_NVCC[1:], "ldflags": ["-s"], "python_module": False},
@@ -126,8 +123,10 @@ def section(a, work):
                 log(f"compare: cuda-extensions: {e['entry']}: {how} (run {i + 1} of {reps})")
                 try:
                     ms, cpu_s, before, after = build(how, entry, env)
-                except RuntimeError as error:  # an entry that does not build is a row that says so
-                    failed = failed or str(error)
+                except RuntimeError as error:  # an entry that does not build is a row that says so (its first error)
+                    first = next((l.strip() for l in str(error).splitlines() if "error" in l.lower() and "failed (" not in l),
+                                 str(error).splitlines()[0])
+                    failed = (failed + "; " if failed else "") + f"{how} failed: {first[-240:]}"
                     log(f"compare: cuda-extensions: {error}")
                     continue
                 wall[how].append(ms)
@@ -137,13 +136,13 @@ def section(a, work):
                 for folder in (env["KILN_CACHE_DIR"], env["TORCH_EXTENSIONS_DIR"]):
                     shutil.rmtree(folder, ignore_errors=True)
         if failed or not wall["kiln"] or not wall["torch"]:
-            rows.append({"section": "cuda-extensions", "what": f"{e['entry']} cold", "peer_missing": (failed or "no run")[-600:]})
+            rows.append({"section": "cuda-extensions", "what": f"{e['entry']} cold", "peer_missing": (failed or "no run").replace("|", "/")})
             continue
         kiln_how = "kiln.torch.load(name, sources, the setup.py's flags) in a fresh process, TORCH_CUDA_ARCH_LIST=9.0, empty KILN_CACHE_DIR"
         peer_cmd = ("torch.utils.cpp_extension.load(same arguments) (ninja, nvcc, g++; CCACHE_DISABLE=1), fresh process, "
                     "empty TORCH_EXTENSIONS_DIR")
         f = lambda xs: statistics.median(xs)
-        row = add("cuda-extensions", f"{e['entry']} cold: {len(e['sources'])} sources", stats_ms(wall["kiln"]), kiln_how,
+        row = add("cuda-extensions", f"{e['entry']} cold: {len(e['sources'])} source{'s' if len(e['sources']) > 1 else ''}", stats_ms(wall["kiln"]), kiln_how,
                   stats_ms(wall["torch"]), peer_cmd,
                   note=(f"CPU seconds of the process tree: kiln {f(cpu['kiln']):.0f}, torch {f(cpu['torch']):.0f} "
                         f"({f(cpu['torch']) / f(cpu['kiln']):.2f}x); 1-min load {min(loads):.1f}..{max(loads):.1f} around the builds"))
@@ -162,5 +161,6 @@ def docs():
     return ("\nEach build is a fresh process with an empty cache: the whole first build of the extension, PCHs included for "
             "kiln. The sdists come from PyPI at run time (`pip download --no-binary :all: --no-deps`), unpacked into "
             "`~/.cache/kiln-compare/sdists`; the corpus (sources and flags per package) is in "
-            "`tools/bench/kiln_compare/sections/cuda_extensions.py`. How kiln builds a .cu source (the device pass in parts, "
+            "`tools/bench/kiln_compare/sections/cuda_extensions.py` (nerfacc 0.5.3 and chamferdist 1.0.3 are not: neither "
+            "loader builds them under torch 2.15). How kiln builds a .cu source (the device pass in parts, "
             "the host pass beside it, one job limit): [CUDA-EXTENSIONS.md](CUDA-EXTENSIONS.md).\n\n")
