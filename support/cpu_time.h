@@ -8,7 +8,11 @@
 // library that links support): measure where the threads are started and joined.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <thread>
+#include <utility>
+#include <vector>
 
 namespace kiln {
 
@@ -21,5 +25,33 @@ int64_t work_cpu_us();
 // For the thread that joined helpers: adds what they used (each helper's work_cpu_us() at its end;
 // a fresh thread's clock starts at zero).
 void add_joined_helpers_cpu_us(int64_t us);
+
+// Helper threads that hand their CPU time to the thread that joins them: start() each, then
+// join() (or let the destructor join) on the thread that started them.
+class HelperThreads {
+ public:
+  HelperThreads() = default;
+  HelperThreads(const HelperThreads&) = delete;
+  HelperThreads& operator=(const HelperThreads&) = delete;
+  ~HelperThreads() { join(); }
+
+  template <class F>
+  void start(F work) {
+    m_threads.emplace_back([this, work = std::move(work)]() mutable {
+      work();
+      m_cpu_us.fetch_add(work_cpu_us());
+    });
+  }
+
+  void join() {
+    for (auto& t : m_threads) t.join();
+    m_threads.clear();
+    add_joined_helpers_cpu_us(m_cpu_us.exchange(0));
+  }
+
+ private:
+  std::vector<std::thread> m_threads;
+  std::atomic<int64_t> m_cpu_us{0};
+};
 
 }  // namespace kiln

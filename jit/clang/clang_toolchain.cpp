@@ -252,16 +252,10 @@ class ClangToolchain final : public Toolchain {
     };
     // A split library's threads also generate its units' parts; other compiles use a thread per source.
     size_t threads = std::min<size_t>(split ? n * stages::k_codegen_partitions : n, cores);
-    std::vector<std::thread> pool;
-    std::atomic<int64_t> pool_cpu_us{0};
-    for (size_t t = 1; t < threads; ++t)
-      pool.emplace_back([&] {
-        work();
-        pool_cpu_us.fetch_add(work_cpu_us());
-      });
+    HelperThreads pool;  // support/cpu_time.h
+    for (size_t t = 1; t < threads; ++t) pool.start([&] { work(); });
     work();
-    for (auto& t : pool) t.join();
-    add_joined_helpers_cpu_us(pool_cpu_us.load());
+    pool.join();
     bool ok = true;
     for (size_t i = 0; i < n; ++i) {
       ok = ok && compiled[i];

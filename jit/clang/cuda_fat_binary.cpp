@@ -127,15 +127,10 @@ static bool compile_cuda_passes(const SourceFile& source, size_t index, const Co
   // pending_fatbin): on two cores, causal-conv1d's causal_conv1d_bwd.cu spent its host pass after
   // its device pass, one core idle. Each pass holds a job slot (job_slots.h) only while it runs.
   PendingBytes fatbin;
-  std::atomic<int64_t> helpers_cpu_us{0};  // support/cpu_time.h: each helper hands its CPU to the joiner
   Result<std::string> encoded(std::string{});
   std::string device_error;  // why the device side made no fat binary, when it did not
-  std::thread device_side([&] {
-    // Ends, however it returns, by handing its own CPU (and its joined helpers') to this thread's joiner.
-    struct HandOver {
-      std::atomic<int64_t>& total;
-      ~HandOver() { total.fetch_add(work_cpu_us()); }
-    } hand_over{helpers_cpu_us};
+  HelperThreads device_side;  // support/cpu_time.h: its CPU, and its helpers', counted for this thread
+  device_side.start([&] {
     auto stage_start = std::chrono::steady_clock::now();
     auto device = [&](size_t i) {
       CudaPass pass{sms[i], {}, skip_host_bodies, &defined[i]};
@@ -150,14 +145,10 @@ static bool compile_cuda_passes(const SourceFile& source, size_t index, const Co
         ptx_parts[i] = {std::string(ptx[i].bytes.data(), ptx[i].bytes.size())};
       }
     };
-    std::vector<std::thread> threads;
-    for (size_t i = 1; i < n; ++i)
-      threads.emplace_back([&, i] {
-        device(i);
-        helpers_cpu_us.fetch_add(work_cpu_us());
-      });
+    HelperThreads passes;
+    for (size_t i = 1; i < n; ++i) passes.start([&, i] { device(i); });
     device(0);
-    for (auto& t : threads) t.join();
+    passes.join();
     if (std::find(compiled.begin(), compiled.end(), 0) != compiled.end()) return fatbin.set({}, /*failed=*/true);
     log_stage(source, "device passes", stage_start);
     // KILN_TIME_TRACE=<folder> (compile_unit.h): the PTX that ptxas (in nvJitLink) takes next,
@@ -172,16 +163,16 @@ static bool compile_cuda_passes(const SourceFile& source, size_t index, const Co
     for (size_t i = 0; i < n; ++i)
       if (wants_ptx[i]) ptx_text[i] = ptx_parts[i].front();
     // The device code: cubins (linked side by side), then PTX, as nvcc orders them.
-    threads.clear();
+    HelperThreads links;
     for (size_t i = 0; i < n; ++i)
       if (wants_cubin[i])
-        threads.emplace_back([&, i] {
+        links.start([&, i] {
           JobSlots::Held slot;
           cubins[i] = relocatable[i].empty()
                           ? link_cubin_parts(std::vector<std::string_view>(ptx_parts[i].begin(), ptx_parts[i].end()), sms[i])
                           : link_relocatable_cubins(std::vector<std::string_view>(relocatable[i].begin(), relocatable[i].end()), sms[i]);
         });
-    for (auto& t : threads) t.join();
+    links.join();
     log_stage(source, "cubins linked", stage_start);
     std::vector<FatbinImage> images;
     for (size_t i = 0; i < n; ++i) {
@@ -207,7 +198,6 @@ static bool compile_cuda_passes(const SourceFile& source, size_t index, const Co
   CudaPass host{0, {}, false, skip_host_bodies ? &registered : nullptr, &fatbin};
   bool host_ok = compile_one(source, request, cuda_pass_pch(request, index, 0), Make::kCode, consumer, part, object, nullptr, &host);
   device_side.join();
-  add_joined_helpers_cpu_us(helpers_cpu_us.load());
   log_stage(source, "host pass (beside the device passes)", host_start);
   bool ok = true;
   std::set<std::string> seen;

@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -366,16 +365,10 @@ bool compile_device_split(const SourceFile& source, const CompileRequest& reques
     }
     objects[i] = std::move(cubin).value();
   };
-  std::vector<std::thread> threads;
-  std::atomic<int64_t> helpers_cpu_us{0};  // support/cpu_time.h: each part's thread hands its CPU to this one
-  for (size_t i = 1; i < n; ++i)
-    threads.emplace_back([&, i] {
-      generate(i);
-      helpers_cpu_us.fetch_add(work_cpu_us());
-    });
+  HelperThreads part_threads;  // support/cpu_time.h: each part's CPU counted for this thread
+  for (size_t i = 1; i < n; ++i) part_threads.start([&, i] { generate(i); });
   generate(0);
-  for (auto& t : threads) t.join();
-  add_joined_helpers_cpu_us(helpers_cpu_us.load());
+  part_threads.join();
   log_stage(source, "sm_" + std::to_string(pass.device_sm) + " parts optimised and generated", stage_start);
   bool ok = true;
   for (size_t i = 0; i < n; ++i) {

@@ -272,16 +272,10 @@ Result<LinkedModule> link_lto(const std::vector<std::string>& irs, const std::ve
   if (ptx_only) return out;
   // As for single sources: the architectures' links share nothing, so they run at once.
   std::vector<Result<std::string>> linked(archs.size(), Result<std::string>(std::string()));
-  std::vector<std::thread> helpers;
-  std::atomic<int64_t> helpers_cpu_us{0};  // support/cpu_time.h
-  for (size_t i = 1; i < archs.size(); ++i)
-    helpers.emplace_back([&, i] {
-      linked[i] = link_lto_once(irs, archs[i], false);
-      helpers_cpu_us.fetch_add(work_cpu_us());
-    });
+  HelperThreads helpers;  // support/cpu_time.h
+  for (size_t i = 1; i < archs.size(); ++i) helpers.start([&, i] { linked[i] = link_lto_once(irs, archs[i], false); });
   linked[0] = link_lto_once(irs, archs[0], false);
-  for (auto& t : helpers) t.join();
-  add_joined_helpers_cpu_us(helpers_cpu_us.load());
+  helpers.join();
   for (size_t i = 0; i < archs.size(); ++i) {
     if (!linked[i].ok()) return linked[i].status();
     out.cubins[archs[i]] = std::move(linked[i]).value();
@@ -296,16 +290,10 @@ Result<std::map<int, std::string>> cubins_for_target(std::string_view ptx, const
 
 Result<std::map<int, std::string>> link_cubins(std::string_view ptx, const std::vector<int>& archs) {
   std::vector<Result<std::string>> linked(archs.size(), Result<std::string>(std::string()));
-  std::vector<std::thread> helpers;
-  std::atomic<int64_t> helpers_cpu_us{0};  // support/cpu_time.h
-  for (size_t i = 1; i < archs.size(); ++i)
-    helpers.emplace_back([&, i] {
-      linked[i] = link_cubin(ptx, archs[i]);
-      helpers_cpu_us.fetch_add(work_cpu_us());
-    });
+  HelperThreads helpers;  // support/cpu_time.h
+  for (size_t i = 1; i < archs.size(); ++i) helpers.start([&, i] { linked[i] = link_cubin(ptx, archs[i]); });
   if (!archs.empty()) linked[0] = link_cubin(ptx, archs[0]);
-  for (auto& t : helpers) t.join();
-  add_joined_helpers_cpu_us(helpers_cpu_us.load());
+  helpers.join();
   std::map<int, std::string> out;
   for (size_t i = 0; i < archs.size(); ++i) {
     if (!linked[i].ok()) return linked[i].status();
