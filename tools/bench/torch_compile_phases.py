@@ -20,22 +20,16 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from kiln_compare.servers import start_redis  # noqa: E402
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 NODE = os.path.join(ROOT, "tests", "python", "compile_cache_node.py")
 MODELS = {"transformer": {"MODELS": "transformer", "MODEL_D": "256"}, "llama": {"MODELS": "llama", "HF_HIDDEN": "256"}}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def phases(r):
@@ -56,19 +50,13 @@ def main():
     ap.add_argument("--model", default="transformer", choices=sorted(MODELS))
     ap.add_argument("--python", default=os.path.expanduser("~/.local/share/kiln-dev/venv/bin/python"))
     a = ap.parse_args()
-    if not shutil.which("redis-server"):
-        sys.exit("torch_compile_phases: redis-server is not installed (scripts/setup)")
     torch_lib = subprocess.run([a.python, "-c", "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))"],
                                capture_output=True, text=True, check=True).stdout.strip()
     work = tempfile.mkdtemp(prefix="kiln-phases-")
-    port = free_port()
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                             stdout=subprocess.DEVNULL, cwd=work)
+    redis, port = start_redis(work)
+    if not redis:
+        sys.exit("torch_compile_phases: redis-server is not installed or did not start (scripts/setup)")
     try:
-        for _ in range(100):  # up once it answers
-            if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True).stdout.strip() == "PONG":
-                break
-            time.sleep(0.05)
         # torch's .gch of its header, which a cold node does not have
         shutil.rmtree(os.path.join(tempfile.gettempdir(), "torchinductor_" + os.environ.get("USER", "root"), "precompiled_headers"),
                       ignore_errors=True)

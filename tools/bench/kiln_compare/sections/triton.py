@@ -32,41 +32,6 @@ res = triton_kernels.compile_kernels(None)
 print("RESULT " + json.dumps({"compiles": res["compiles"], "cpu": cpu() - c0, "end": time.time()}))
 """
 
-# A warm hit, through kiln and through Triton's own folder in the same process (Triton reads
-# TRITON_CACHE_MANAGER on every compile), alternating, so that both sides share the process's
-# state: a process's hit times vary by +-15% from one process to the next on this VM, more than
-# what is compared. sys.argv[1] == "0" fills both caches (an earlier process) and exits;
-# otherwise each kernel's hit is timed that many times on each side.
-TRITON_HIT = r"""
-import json, os, statistics, sys, time
-import torch  # as in TRITON_NODE; Triton's compile costs ~0.3 ms more with torch imported, kiln or not
-import triton, triton_kernels as tk
-def side(name):
-    if name == "kiln":
-        os.environ["TRITON_CACHE_MANAGER"] = "kiln.triton:CacheManager"
-    else:
-        os.environ.pop("TRITON_CACHE_MANAGER", None)
-srcs = tk.sources()
-for s in ("kiln", "own"):
-    side(s)
-    for name, (src, opt) in srcs.items():
-        triton.compile(src, target=tk.TARGET, options=opt)
-if sys.argv[1] == "0":
-    sys.exit(0)
-out = {"kiln": {}, "own": {}}
-for name, (src, opt) in srcs.items():
-    ts = {"kiln": [], "own": []}
-    for i in range(int(sys.argv[1])):
-        for s in (("kiln", "own") if i % 2 else ("own", "kiln")):
-            side(s)
-            t = time.perf_counter()
-            triton.compile(src, target=tk.TARGET, options=opt)
-            ts[s].append((time.perf_counter() - t) * 1000)
-    for s in ts:
-        out[s][name] = statistics.median(ts[s])
-print("RESULT " + json.dumps(out))
-"""
-
 # A node that needs the four tutorial kernels: compiles them as a node with a GPU of arch
 # sys.argv[1] does (Triton's driver answers that target; "none": no driver), and says how long
 # the four took in the process and how many were compiled.
@@ -172,16 +137,23 @@ def section(a, work):
         budget = med(own_cpu) / nodes + (nodes - 1) * med(fetch_cpu)
         goal(row, f"one compile per kernel ({kernels}) and the cluster's CPU at most 1/{nodes} of Triton's plus {nodes - 1} fetches "
              f"({budget:.1f} s)", all(c == kernels for c in kiln_compiles) and med(kiln_cpu) <= budget)
-        # A warm hit in a resident process: triton.compile of a kernel an earlier process cached.
+        # A warm hit in a resident process: triton.compile of a kernel an earlier process cached,
+        # through kiln and through Triton's own folder alternating in one process
+        # (tools/bench/store_hits.py's TRITON_HIT: a process's hit times vary by +-15% from one
+        # process to the next on this VM, more than what is compared).
+        if BENCH not in sys.path:
+            sys.path.insert(0, BENCH)
+        import store_hits
         script = os.path.join(work, "triton_hit.py")
-        open(script, "w").write(TRITON_HIT)
+        open(script, "w").write(store_hits.TRITON_HIT)
         reps = 50 if a.quick else 200
         by = {"kiln": [], "own": []}
         env = triton_env({"KILN_CACHE_DIR": os.path.join(work, "hit-kiln"), "TRITON_CACHE_DIR": os.path.join(work, "hit-own")})
         run([VENV_PYTHON, script, "0"], env=env)  # the caches, made by a process of their own, as a node finds them
         for i in range(runs):
             r = triton_result(run([VENV_PYTHON, script, str(reps)], env=env).stdout)
-            by["kiln"].append(r["kiln"]), by["own"].append(r["own"])
+            for side_name in by:  # each kernel's median hit of this run
+                by[side_name].append({name: statistics.median(times) for name, times in r[side_name].items()})
         for name in by["kiln"][0]:
             k = stats_ms([r[name] for r in by["kiln"]])
             o = stats_ms([r[name] for r in by["own"]])
@@ -193,9 +165,6 @@ def section(a, work):
             goal(row, "no slower than a hit in Triton's own folder", k["median_ms"] <= o["median_ms"])
         # The same for the other folders kiln stands in for: a kernel module of torch.compile found
         # built (Inductor's own folder) and a torch extension found built (cpp_extension's).
-        if BENCH not in sys.path:
-            sys.path.insert(0, BENCH)
-        import store_hits
         for r in store_hits.measure(BUILD, work, ["inductor", "torch"], runs, 50 if a.quick else 200):
             row = add("triton", r["what"], stats_ms(r["kiln"]), r["kiln_how"], stats_ms(r["peer"]), r["peer_how"])
             goal(row, "no slower than " + r["peer_how"], row["kiln"]["median_ms"] <= row["peer"]["median_ms"])
