@@ -1,6 +1,5 @@
 // compile_one: see compile_unit.h.
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -69,6 +68,7 @@
 #include "jit/clang/compile_unit.h"
 #include "jit/clang/cuda_fat_binary.h"
 #include "jit/nvrtc/nvjitlink.h"
+#include "support/cpu_time.h"
 #include "jit/spirv/spirv_validate.h"
 #include "jit/toolchain.h"
 #include "support/log.h"
@@ -191,16 +191,10 @@ static void registered_device_symbols(const llvm::Module* module, std::set<std::
   }
 }
 
-double thread_cpu_ms() {
-  rusage usage{};
-  ::getrusage(RUSAGE_THREAD, &usage);
-  return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e3 + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e3;
-}
-
 PassTrace::PassTrace(const SourceFile& source, std::string pass) : m_source(source), m_pass(std::move(pass)) {
   if (log_enabled(LogLevel::kDebug)) {
     m_start = std::chrono::steady_clock::now();
-    m_cpu_start = thread_cpu_ms();
+    m_cpu_start_us = thread_cpu_us();
   }
   const char* dir = ::getenv("KILN_TIME_TRACE");
   if (!dir || !*dir || llvm::timeTraceProfilerEnabled()) return;
@@ -213,7 +207,7 @@ PassTrace::PassTrace(const SourceFile& source, std::string pass) : m_source(sour
 PassTrace::~PassTrace() {
   if (log_enabled(LogLevel::kDebug)) {
     auto since = m_start;
-    log_stage(m_source, m_pass + " (" + std::to_string(static_cast<long>(thread_cpu_ms() - m_cpu_start)) + " ms CPU)", since);
+    log_stage(m_source, m_pass + " (" + std::to_string((thread_cpu_us() - m_cpu_start_us) / 1000) + " ms CPU)", since);
   }
   if (m_path.empty()) return;
   std::error_code ec;

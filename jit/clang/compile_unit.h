@@ -109,9 +109,6 @@ constexpr const char* k_fatbin_path = "/kiln-precompiled/device.fatbin";
 // library's compile spends its time, per source and per stage (KILN_LOG=debug).
 void log_stage(const SourceFile& source, std::string_view stage, std::chrono::steady_clock::time_point& since);
 
-// The CPU time the calling thread has used, in ms.
-double thread_cpu_ms();
-
 // What one stage on one thread costs, for people: at debug level (KILN_LOG=debug), its wall and
 // CPU time ("causal_conv1d_bwd.cu: sm_90 (164407 ms CPU) in 329150 ms"; on a busy machine the CPU
 // time is the figure to compare). With KILN_TIME_TRACE=<folder>, Clang's own -ftime-trace of it
@@ -132,7 +129,7 @@ class PassTrace {
   const SourceFile& m_source;
   std::string m_pass, m_path;
   std::chrono::steady_clock::time_point m_start;
-  double m_cpu_start = 0;
+  int64_t m_cpu_start_us = 0;  // support/cpu_time.h: thread_cpu_us()
 };
 
 // Compiles one source. `pch`, when not empty, is a precompiled header of the source's include
