@@ -6,6 +6,7 @@
 
 #include "builders/ops.h"
 #include "builders/remote_lookup.h"
+#include "cache/trust.h"
 #include "support/file_util.h"
 #include "support/log.h"
 
@@ -27,11 +28,10 @@ cache::RemoteTiers* Ops::remote() {
     if (st.ok()) st = seconds(cache::SettingKey::kBreaker, o.breaker);
     if (st.ok()) st = seconds(cache::SettingKey::kWait, m_remote_wait);
     if (st.ok() && o.lease.count() < 300) st = invalid_argument("remote.lease must be at least 0.3 s");
-    const std::string& secret_file = m_settings.get(cache::SettingKey::kSecretFile);
-    if (st.ok() && !secret_file.empty()) {
-      auto secret = cache::read_secret_file(secret_file);
-      if (secret.ok()) o.secret = std::move(secret).value();
-      else st = secret.status();
+    if (st.ok()) {
+      auto trust = cache::trust_from_settings(m_settings);
+      if (trust.ok()) o.trust = std::move(trust).value();
+      else st = trust.status();
     }
     o.ca_file = m_settings.get(cache::SettingKey::kCaFile);
     o.cert_file = m_settings.get(cache::SettingKey::kCertFile);

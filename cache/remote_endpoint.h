@@ -50,6 +50,9 @@ struct EndpointOptions {
   std::string s3_endpoint;
   std::string s3_region;
   std::string s3_style;
+  // The most bytes one object may hold: a reply that says or brings more is refused before
+  // it is buffered (an answer's declared length is checked before anything is allocated).
+  size_t max_object_bytes = size_t{2} << 30;
 };
 
 class RemoteEndpoint {
@@ -58,7 +61,9 @@ class RemoteEndpoint {
   const std::string& label() const { return m_url.text; }
   const EndpointUrl& url() const { return m_url; }
 
-  // The object's bytes, or nullopt when the server does not have it.
+  // The object's bytes, or nullopt when the server does not have it. A server that refuses
+  // the credentials for this call (Redis NOPERM, HTTP 401/403) answers kPermissionDenied, so a
+  // reader's refused write is told apart from a server that is down.
   virtual Result<std::optional<std::string>> get(const std::string& name) = 0;
   virtual Status put(const std::string& name, std::string_view bytes) = 0;
   // One round trip that shows the server answers (Redis PING, HTTP HEAD of the folder).

@@ -37,6 +37,14 @@ constexpr SettingInfo k_settings[] = {
     {"remote.wait", "KILN_REMOTE_WAIT", "", "300", "seconds to wait for another node compiling the same key, then compile here"},
     {"remote.lease", "KILN_REMOTE_LEASE", "", "30", "seconds a compile's lease lasts unless renewed (renewed every third of it)"},
     {"remote.breaker", "KILN_REMOTE_BREAKER", "", "60", "seconds a remote that failed is skipped before it is tried again"},
+    {"remote.signing_key_file", "KILN_SIGNING_KEY_FILE", "", "",
+     "the Ed25519 private key this node publishes with (`kiln key generate`; a file only its owner reads); none: publish nothing "
+     "when trusted keys are set"},
+    {"remote.trusted_keys", "KILN_TRUSTED_KEYS", "", "",
+     "the public keys (NAME:BASE64, comma or space separated) whose signed objects this node loads; set, nothing else is loaded"},
+    {"remote.revoked_keys", "KILN_REVOKED_KEYS", "", "", "keys (NAME or NAME:BASE64) whose objects are refused even when trusted"},
+    {"cache.shared_group", "KILN_CACHE_SHARED_GROUP", "", "",
+     "a group allowed to share the cache folder (group-writable, owned by that group); none: the folder is the user's alone"},
 };
 static_assert(std::size(k_settings) == static_cast<size_t>(SettingKey::kCount));
 
@@ -173,16 +181,25 @@ Status read_config_file(const ConfigFile& file, std::array<Setting, static_cast<
   for (auto& s : k_settings) known += (known.empty() ? "" : ", ") + std::string(s.name);
   for (auto& [k, v] : root) {
     std::string name(k.str());
-    if (name == "remote") {
+    if (name == "remote" || name == "cache") {
       auto* remote = v.as_table();
-      if (!remote) return file_error(path, v, "remote must be a table ([remote])");
+      if (!remote) return file_error(path, v, name + " must be a table ([" + name + "])");
       for (auto& [rk, rv] : *remote) {
-        std::string full = "remote." + std::string(rk.str());
+        std::string full = name + "." + std::string(rk.str());
         int i = key_for(full);
         if (i < 0) return file_error(path, rv, "unknown setting '" + full + "' (known: " + known + ")");
         if (static_cast<SettingKey>(i) == SettingKey::kRemoteTiers) {
           KILN_ASSIGN_OR_RETURN(std::string tiers, tiers_from_node(path, rv));
           set(SettingKey::kRemoteTiers, tiers, rv);
+        } else if (auto* list = rv.as_array(); list && (static_cast<SettingKey>(i) == SettingKey::kTrustedKeys ||
+                                                        static_cast<SettingKey>(i) == SettingKey::kRevokedKeys)) {
+          // A list of keys, kept as the environment variable writes it: space separated.
+          std::string joined;
+          for (auto& item : *list) {
+            if (!item.is_string()) return file_error(path, item, full + " must be a list of strings (NAME:BASE64)");
+            joined += (joined.empty() ? "" : " ") + *item.value<std::string>();
+          }
+          set(static_cast<SettingKey>(i), joined, rv);
         } else {
           KILN_ASSIGN_OR_RETURN(std::string value, scalar_text(path, full, rv));
           set(static_cast<SettingKey>(i), value, rv);
@@ -191,7 +208,7 @@ Status read_config_file(const ConfigFile& file, std::array<Setting, static_cast<
       continue;
     }
     int i = key_for(name);
-    if (i < 0 || name.rfind("remote.", 0) == 0) return file_error(path, v, "unknown setting '" + name + "' (known: " + known + ")");
+    if (i < 0 || name.rfind("remote.", 0) == 0 || name.rfind("cache.", 0) == 0) return file_error(path, v, "unknown setting '" + name + "' (known: " + known + ")");
     KILN_ASSIGN_OR_RETURN(std::string value, scalar_text(path, name, v));
     set(static_cast<SettingKey>(i), value, v);
   }

@@ -11,7 +11,10 @@
 //   [remote]
 //   tiers = ["redis://cache-1:6379,redis://cache-2:6379",
 //            { url = "http://bazel-remote:8080/kiln", layout = "bazel", read_only = true }]
-//   secret_file = "/etc/kiln/cluster.secret"
+//   signing_key_file = "/etc/kiln/ci-1.key"  # publishers only: `kiln key generate ci-1 --out FILE`
+//   trusted_keys = ["ci-1:BASE64...", "ci-2:BASE64..."]  # whose objects this node loads
+//   revoked_keys = ["ci-0"]                  # names or NAME:BASE64, refused even if trusted
+//   secret_file = "/etc/kiln/cluster.secret" # the older HMAC secret (any reader can publish)
 //   ca_file = "/etc/kiln/ca.pem"             # https tiers: the CAs to trust
 //   timeout = 2.0
 //
@@ -44,6 +47,10 @@ enum class SettingKey {
   kWait,
   kLease,
   kBreaker,
+  kSigningKeyFile,
+  kTrustedKeys,
+  kRevokedKeys,
+  kSharedGroup,
   kCount
 };
 

@@ -14,6 +14,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kDataLoss: return "data loss";
     case StatusCode::kIoError: return "i/o error";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kPermissionDenied: return "permission denied";
   }
   return "unknown";
 }

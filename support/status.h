@@ -22,6 +22,7 @@ enum class StatusCode {
   kDataLoss,         // stored bytes failed an integrity check
   kIoError,          // a system call failed
   kInternal,
+  kPermissionDenied,  // a server or the system refused these credentials or this user
 };
 
 const char* status_code_name(StatusCode code);
@@ -48,6 +49,7 @@ inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::mov
 inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status permission_denied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 // errno-based I/O error: "open /x/y: No such file or directory".
 Status errno_status(const std::string& what, int err);
 
