@@ -30,7 +30,7 @@ struct Entry {
 
 // The envelope of one entry, made again from the store's files (pack reads each twice: once
 // to index it, once to write it, so the bundle never sits whole in memory).
-Result<std::string> envelope_of(Store& store, const Entry& e, const std::string& secret) {
+Result<std::string> envelope_of(Store& store, const Entry& e, const TrustConfig& trust) {
   std::string payload;
   if (e.type == RemoteObject::kArtifact) {
     KILN_ASSIGN_OR_RETURN(payload, read_file(store.blob_path(e.key)));
@@ -39,12 +39,12 @@ Result<std::string> envelope_of(Store& store, const Entry& e, const std::string&
     if (!manifest) return not_found("the manifest of " + e.key.hex() + " is gone");
     payload = std::move(*manifest);
   }
-  return seal_object(e.type, e.key, payload, secret);
+  return seal_object(e.type, e.key, payload, trust, k_bundle_namespace);
 }
 
 }  // namespace
 
-Result<PackReport> pack_bundle(Store& store, const std::string& path, const PackFilter& filter, const std::string& secret) {
+Result<PackReport> pack_bundle(Store& store, const std::string& path, const PackFilter& filter, const TrustConfig& trust) {
   KILN_ASSIGN_OR_RETURN(auto records, store.list());
   auto wanted = [](const std::vector<std::string>& list, const std::string& v) {
     return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
@@ -62,10 +62,10 @@ Result<PackReport> pack_bundle(Store& store, const std::string& path, const Pack
       entries.push_back({RemoteObject::kManifest, r.input_key, label, 0, {}});
   }
   PackReport report;
-  report.signed_objects = !secret.empty();
+  report.signed_objects = trust.signing_key.has_value() || !trust.secret.empty();
   std::string index;
   for (auto& e : entries) {
-    KILN_ASSIGN_OR_RETURN(std::string envelope, envelope_of(store, e, secret));
+    KILN_ASSIGN_OR_RETURN(std::string envelope, envelope_of(store, e, trust));
     e.size = envelope.size();
     e.hash = xxh3_128(envelope);
     index += static_cast<char>(e.type);
@@ -87,13 +87,15 @@ Result<PackReport> pack_bundle(Store& store, const std::string& path, const Pack
 
   std::string target = absolute_path(path);
   std::string temp = target + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Created exclusively and not through a link: a name planted beforehand (a link to a file
+  // of the user's) fails the pack rather than being written through.
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return errno_status("create " + temp, errno);
   Status st = write_all(fd, header, temp);
   if (st.ok()) st = write_all(fd, index, temp);
   report.bytes = header.size() + index.size();
   for (size_t i = 0; st.ok() && i < entries.size(); ++i) {
-    auto envelope = envelope_of(store, entries[i], secret);
+    auto envelope = envelope_of(store, entries[i], trust);
     if (!envelope.ok() || xxh3_128(*envelope) != entries[i].hash) {
       st = envelope.ok() ? io_error(entries[i].label + " changed in the cache while it was packed; pack again") : envelope.status();
       break;
@@ -111,7 +113,7 @@ Result<PackReport> pack_bundle(Store& store, const std::string& path, const Pack
   return report;
 }
 
-Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const std::string& secret) {
+Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const TrustConfig& trust) {
   auto file = MappedFile::open(path);
   if (!file.ok())
     return file.status().code() == StatusCode::kNotFound ? not_found("no bundle at " + path) : file.status();
@@ -127,8 +129,8 @@ Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const 
   if (index_size > all.size() - k_header_size) return refuse("truncated in its index");
   std::string_view index = all.substr(k_header_size, index_size);
   if (xxh3_128(index) != get_hash(all, 32)) return refuse("its index is damaged (hash mismatch)");
-  if (!secret.empty() && !report.signed_objects)
-    return refuse("its objects are not signed, and a cluster secret is configured here (pack it with the secret)");
+  if ((trust.keys() || !trust.secret.empty()) && !report.signed_objects)
+    return refuse(std::string("its objects are not signed, and this node loads only signed objects (") + trust.describe() + ")");
 
   // Everything is checked before anything is imported.
   struct Checked {
@@ -161,7 +163,7 @@ Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const 
     std::string_view envelope = all.substr(offset, size);
     offset += size;
     if (xxh3_128(envelope) != hash) return refuse(what + " is damaged (hash mismatch)");
-    auto payload = open_object(c.type, c.key, envelope, secret);
+    auto payload = open_object(c.type, c.key, envelope, trust, k_bundle_namespace);
     if (!payload.ok()) return refuse(what + ": " + payload.status().message());
     c.payload = *payload;  // a view of the mapped file, not a copy
     if (c.type == RemoteObject::kArtifact) {

@@ -4,7 +4,8 @@
 // A bundle holds the objects a remote tier would hold (remote.h): each artifact's blob file,
 // byte for byte as the store keeps it (self-describing and zstd-compressed inside), and the
 // header manifest of its input key, so direct lookups hit after an unpack. Each travels in the
-// remote envelope, signed with HMAC-SHA256 when a cluster secret is configured.
+// remote envelope (namespace "bundle"), signed with the node's publisher key (Ed25519), else
+// with HMAC-SHA256 when only a cluster secret is configured.
 //
 //   offset  size  field
 //   0       8     magic "KILNPACK"
@@ -19,7 +20,7 @@
 //
 // Unpacking checks everything before it imports anything: the header, the index's hash, that
 // every object lies within the file, each object's hash, its envelope (its key; its signature
-// when a secret is configured here), and for artifacts every check of a hit (both of the blob's
+// by a trusted key, or its tag under a secret), and for artifacts every check of a hit (both of the blob's
 // hashes, its metadata naming the key). A bundle that fails any check is refused whole, naming
 // the object that failed.
 #pragma once
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "cache/store.h"
+#include "cache/trust.h"
 #include "support/status.h"
 
 namespace kiln::cache {
@@ -42,16 +44,17 @@ struct PackReport {
   bool signed_objects = false;
 };
 
-// Writes the bundle to `path` (a temporary file renamed into place). `secret` empty: unsigned.
-Result<PackReport> pack_bundle(Store& store, const std::string& path, const PackFilter& filter, const std::string& secret);
+// Writes the bundle to `path` (a temporary file renamed into place), signed as `trust` signs
+// remote objects; kPermissionDenied for a reader (keys trusted, none held).
+Result<PackReport> pack_bundle(Store& store, const std::string& path, const PackFilter& filter, const TrustConfig& trust);
 
 struct UnpackReport {
   uint64_t artifacts = 0, manifests = 0, already_here = 0, bytes = 0;
   bool signed_objects = false;
 };
 
-// Checks the whole bundle, then imports it. `secret` non-empty: every object must carry a tag
-// made with it. kDataLoss names the first object that failed; nothing is imported then.
-Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const std::string& secret);
+// Checks the whole bundle, then imports it. Under keys, every object must be signed by a
+// trusted key; under a secret, carry its tag. kDataLoss names the first object that failed; nothing is imported then.
+Result<UnpackReport> unpack_bundle(Store& store, const std::string& path, const TrustConfig& trust);
 
 }  // namespace kiln::cache

@@ -2,10 +2,13 @@
 
 #include <unistd.h>
 
+#include <ctime>
+
 #include <algorithm>
 #include <cstring>
 
 #include "cache/hmac.h"
+#include "cache/trust.h"
 #include "cache/settings.h"
 #include "support/file_util.h"
 #include "support/log.h"
@@ -13,9 +16,32 @@
 namespace kiln::cache {
 namespace {
 
-constexpr std::string_view k_magic = "KILNREM1";
-constexpr size_t k_envelope_header = 64;
-constexpr std::string_view k_tag_domain = "kiln-remote-v1";
+constexpr std::string_view k_magic = "KILNREM2";
+constexpr size_t k_envelope_header = 136;
+constexpr size_t k_max_signer_name = 64;
+enum Scheme : uint8_t { k_unsigned = 0, k_hmac = 1, k_ed25519 = 2 };
+
+// What a signature covers (remote.h): every field a verifier must agree on, in a stated order.
+std::string fingerprint(Scheme scheme, std::string_view signer, std::string_view ns, RemoteObject type, const Hash128& key,
+                        const Sha256& payload_hash, int64_t signed_at) {
+  std::string out = "kiln-remote-v2\n";
+  out += scheme == k_ed25519 ? "ed25519" : "hmac-sha256";
+  out += '\n';
+  out.append(signer).append("\n").append(ns).append("\n");
+  out += static_cast<char>(type);
+  out += '\n';
+  out += key.hex() + "\n" + sha256_hex(payload_hash) + "\n" + std::to_string(signed_at);
+  return out;
+}
+
+void put_le64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+uint64_t get_le64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(p[i]);
+  return v;
+}
 
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -151,34 +177,95 @@ std::string object_name(RemoteObject type, const Hash128& key) {
   return key.hex() + std::string(31, '0') + (type == RemoteObject::kArtifact ? '0' : type == RemoteObject::kManifest ? '1' : '2');
 }
 
-Result<std::string> seal_object(RemoteObject type, const Hash128& key, std::string_view payload, const std::string& secret) {
+std::string chunk_object_name(const Sha256& hash) { return sha256_hex(hash); }
+
+std::string tier_namespace(const TierConfig& tier) {
+  const EndpointUrl& url = tier.endpoints.front();
+  if (url.scheme == "redis") return "redis:" + tier.prefix;
+  if (url.scheme == "s3") return "s3:" + url.host + url.path;
+  return "http:" + url.path;  // the folder, not the host: a tier's endpoints share it
+}
+
+Result<std::string> seal_object(RemoteObject type, const Hash128& key, std::string_view payload, const TrustConfig& trust,
+                                std::string_view ns, int64_t signed_at) {
+  if (trust.keys() && !trust.signing_key)
+    return permission_denied("this node trusts publisher keys but holds no signing key (remote.signing_key_file): a reader publishes nothing");
+  Scheme scheme = trust.signing_key ? k_ed25519 : !trust.secret.empty() ? k_hmac : k_unsigned;
+  std::string signer = scheme == k_ed25519 ? trust.signing_key->name : "";
   std::string out(k_envelope_header, '\0');
   std::memcpy(out.data(), k_magic.data(), k_magic.size());
   out[8] = static_cast<char>(type);
-  out[9] = secret.empty() ? 0 : 1;
+  out[9] = static_cast<char>(scheme);
+  out[10] = static_cast<char>(signer.size());
   std::memcpy(out.data() + 16, key.bytes.data(), 16);
-  if (!secret.empty()) {
-    KILN_ASSIGN_OR_RETURN(HmacTag tag, hmac_sha256(secret, {k_tag_domain, std::string_view(out.data(), 32), payload}));
-    std::memcpy(out.data() + 32, tag.data(), tag.size());
+  if (scheme != k_unsigned) {
+    if (signed_at == 0) signed_at = static_cast<int64_t>(::time(nullptr));
+    put_le64(out.data() + 32, static_cast<uint64_t>(signed_at));
+    KILN_ASSIGN_OR_RETURN(Sha256 hash, sha256({payload}));
+    std::memcpy(out.data() + 40, hash.data(), hash.size());
+    std::string fp = fingerprint(scheme, signer, ns, type, key, hash, signed_at);
+    if (scheme == k_ed25519) {
+      KILN_ASSIGN_OR_RETURN(Ed25519Signature sig, ed25519_sign(*trust.signing_key, fp));
+      std::memcpy(out.data() + 72, sig.data(), sig.size());
+    } else {
+      KILN_ASSIGN_OR_RETURN(HmacTag tag, hmac_sha256(trust.secret, {fp}));
+      std::memcpy(out.data() + 72, tag.data(), tag.size());
+    }
   }
+  out += signer;
   out.append(payload);
   return out;
 }
 
-Result<std::string_view> open_object(RemoteObject type, const Hash128& key, std::string_view envelope, const std::string& secret) {
+Result<std::string_view> open_object(RemoteObject type, const Hash128& key, std::string_view envelope, const TrustConfig& trust,
+                                     std::string_view ns, std::string* signer_out) {
   auto bad = [](const std::string& why) { return Status(StatusCode::kDataLoss, why); };
   if (envelope.size() < k_envelope_header || envelope.substr(0, k_magic.size()) != k_magic)
-    return bad("not a kiln object (" + std::to_string(envelope.size()) + " bytes, no KILNREM1 header)");
+    return bad("not a kiln object (" + std::to_string(envelope.size()) + " bytes, no KILNREM2 header)");
   if (envelope[8] != static_cast<char>(type) || std::memcmp(envelope.data() + 16, key.bytes.data(), 16) != 0)
     return bad("it holds another object than the one asked for (swapped or misfiled)");
-  std::string_view payload = envelope.substr(k_envelope_header);
-  if (!secret.empty()) {
-    if (envelope[9] != 1) return bad("it is not signed, and this node requires signatures (a secret is configured)");
-    KILN_ASSIGN_OR_RETURN(HmacTag expected, hmac_sha256(secret, {k_tag_domain, envelope.substr(0, 32), payload}));
+  auto scheme = static_cast<uint8_t>(envelope[9]);
+  size_t name_size = static_cast<uint8_t>(envelope[10]);
+  if (scheme > k_ed25519) return bad("an unknown signature scheme " + std::to_string(scheme));
+  if (name_size > k_max_signer_name || (name_size != 0) != (scheme == k_ed25519) || envelope.size() < k_envelope_header + name_size)
+    return bad("a malformed signer name (" + std::to_string(name_size) + " bytes)");
+  std::string signer(envelope.substr(k_envelope_header, name_size));
+  std::string_view payload = envelope.substr(k_envelope_header + name_size);
+  if (signer_out) *signer_out = signer;
+  if (!trust.keys() && trust.secret.empty()) return payload;  // unsigned: the blob's own checks follow
+  int64_t signed_at = static_cast<int64_t>(get_le64(envelope.data() + 32));
+  Sha256 said{};
+  std::memcpy(said.data(), envelope.data() + 40, said.size());
+  if (trust.keys()) {
+    if (scheme != k_ed25519)
+      return bad(std::string("it is ") + (scheme == k_hmac ? "signed with a cluster secret" : "not signed") +
+                 ", and this node loads only what a trusted publisher key signed");
+    KILN_RETURN_IF_ERROR(check_key_name(signer).ok() ? Status() : bad("a malformed signer name"));
+    const PublicKey* pub = trust.trusted_key(signer);
+    if (!pub) {
+      bool listed = false, revoked = false;
+      for (auto& k : trust.trusted) listed = listed || k.name == signer;
+      for (auto& n : trust.revoked_names) revoked = revoked || n == signer;
+      for (auto& k : trust.revoked_keys) revoked = revoked || k.name == signer;
+      return bad("it is signed by key '" + signer + "', which " +
+                 (revoked || listed ? std::string("is revoked here (remote.revoked_keys)") : "this node does not trust (remote.trusted_keys)"));
+    }
+    Ed25519Signature sig{};
+    std::memcpy(sig.data(), envelope.data() + 72, sig.size());
+    KILN_ASSIGN_OR_RETURN(bool good, ed25519_verify(*pub, fingerprint(k_ed25519, signer, ns, type, key, said, signed_at), sig));
+    if (!good)
+      return bad("its signature by key '" + signer + "' does not match (altered, or signed for another namespace than " + std::string(ns) + ")");
+  } else {
+    if (scheme != k_hmac) return bad("it is not signed with the cluster secret, and this node requires it (remote.secret_file)");
+    KILN_ASSIGN_OR_RETURN(HmacTag expected, hmac_sha256(trust.secret, {fingerprint(k_hmac, "", ns, type, key, said, signed_at)}));
     HmacTag got;
-    std::memcpy(got.data(), envelope.data() + 32, got.size());
-    if (!tags_equal(expected, got)) return bad("its signature does not match (signed with another secret, or altered since)");
+    std::memcpy(got.data(), envelope.data() + 72, got.size());
+    if (!tags_equal(expected, got))
+      return bad("its signature does not match (signed with another secret, for another namespace than " + std::string(ns) + ", or altered since)");
   }
+  // The signature covers the hash: the bytes must be the ones hashed.
+  KILN_ASSIGN_OR_RETURN(Sha256 actual, sha256({payload}));
+  if (actual != said) return bad("its bytes do not match the SHA-256 its signer signed (altered on the way or in the store)");
   return payload;
 }
 
@@ -240,6 +327,7 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
   for (auto& config : self->m_options.tiers) {
     auto tier = std::make_unique<Tier>();
     tier->config = config;
+    tier->ns = tier_namespace(config);
     EndpointOptions eo;
     eo.connect_timeout = self->m_options.connect_timeout;
     eo.io_timeout = self->m_options.io_timeout;
@@ -252,6 +340,7 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
     eo.s3_endpoint = config.s3_endpoint;
     eo.s3_region = config.s3_region;
     eo.s3_style = config.s3_style;
+    eo.max_object_bytes = o.max_object_bytes + k_envelope_header + k_max_signer_name;
     if (!config.token_file.empty()) {
       KILN_ASSIGN_OR_RETURN(std::string token, read_secret_file(config.token_file));
       eo.authorization = "Bearer " + token;
@@ -284,6 +373,10 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
       tier->endpoints.push_back(std::move(endpoint));
     }
     self->m_tiers.push_back(std::move(tier));
+  }
+  // Once per process: what trusting these tiers means when no publisher key guards them.
+  if (!o.tiers.empty() && o.report) {
+    if (std::string weak = o.trust.weakness(); !weak.empty()) o.report("trust", weak);
   }
   return self;
 }
@@ -328,6 +421,11 @@ auto RemoteTiers::guarded(Tier& tier, Endpoint& endpoint, F&& call) -> decltype(
   auto result = call(*endpoint.remote);
   tier.add(TierCounter::kMicroseconds,
            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
+  if (!result.ok() && result.status().code() == StatusCode::kPermissionDenied) {
+    // The server answered: it refused these credentials this call (a reader's write). Not a
+    // failure of the endpoint, so reads go on (RemoteTiers::deny says it once).
+    return result;
+  }
   if (!result.ok()) {
     tier.add(TierCounter::kErrors, 1);
     endpoint.down_until_ms.store(now_ms() + m_options.breaker.count());
@@ -356,7 +454,7 @@ Result<bool> RemoteTiers::with_failover(Tier& tier, const std::vector<Endpoint*>
   for (size_t r = 0; r < order.size() && r < 2; ++r) {
     if (used) *used = order[r];
     result = guarded(tier, *order[r], call);
-    if (result.ok()) return result;
+    if (result.ok() || result.status().code() == StatusCode::kPermissionDenied) return result;
   }
   return result;
 }
@@ -385,7 +483,11 @@ bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::functi
       continue;
     }
     tier.add(TierCounter::kBytesIn, static_cast<int64_t>(got->size()));
-    auto payload = open_object(type, key, *got, m_options.secret);
+    auto payload = got->size() > m_options.max_object_bytes + k_envelope_header + k_max_signer_name
+                       ? Result<std::string_view>(Status(StatusCode::kDataLoss, "it is " + std::to_string(got->size()) +
+                                                                                 " bytes, over remote's cap of " +
+                                                                                 std::to_string(m_options.max_object_bytes)))
+                       : open_object(type, key, *got, m_options.trust, tier.ns);
     std::string whole;  // a chunked artifact, put together
     Status verdict;
     if (payload.ok() && type == RemoteObject::kArtifact && is_chunk_list(*payload)) {
@@ -437,30 +539,32 @@ void RemoteTiers::enqueue(Job job) {
 }
 
 void RemoteTiers::put_everywhere(const Publication& p, size_t below_tier) {
+  // A reader (keys trusted, none held) publishes nothing, whatever the server would allow.
+  if (!m_options.trust.can_publish()) return;
   std::string name = object_name(p.type, p.key);
   bool chunked = p.type == RemoteObject::kArtifact && p.payload.size() > m_options.chunk_threshold;
-  Result<std::string> sealed = std::string();
-  if (!chunked) sealed = seal_object(p.type, p.key, p.payload, m_options.secret);
-  if (!sealed.ok()) {
-    if (m_options.report) m_options.report("sign", "cannot sign for the remote cache: " + sealed.status().message());
-    return;
-  }
   for (size_t i = 0; i < below_tier && i < m_tiers.size(); ++i) {
     Tier& tier = *m_tiers[i];
-    if (tier.config.read_only) continue;
+    if (tier.config.read_only || tier.denied.load()) continue;
+    std::string_view payload = p.payload;
+    std::string list;
     if (chunked) {
       // The chunks first, then the list that names them: a reader never finds a list whose
       // chunks are not all up.
-      auto list = put_chunks(tier, p.key, p.payload);
-      if (!list.ok()) {
-        KILN_LOG_AT(kWarn, "remote", tier.config.label + ": " + name + " not published: " + list.status().message());
+      auto made = put_chunks(tier, p.key, p.payload);
+      if (!made.ok()) {
+        if (made.status().code() == StatusCode::kPermissionDenied) deny(tier, made.status());
+        KILN_LOG_AT(kWarn, "remote", tier.config.label + ": " + name + " not published: " + made.status().message());
         continue;
       }
-      sealed = seal_object(p.type, p.key, *list, m_options.secret);
-      if (!sealed.ok()) {
-        if (m_options.report) m_options.report("sign", "cannot sign for the remote cache: " + sealed.status().message());
-        return;
-      }
+      list = std::move(made).value();
+      payload = list;
+    }
+    // Sealed per tier: the signature covers the tier's namespace.
+    auto sealed = seal_object(p.type, p.key, payload, m_options.trust, tier.ns);
+    if (!sealed.ok()) {
+      if (m_options.report) m_options.report("sign", "cannot sign for the remote cache: " + sealed.status().message());
+      return;
     }
     auto st = with_failover(tier, name, [&](RemoteEndpoint& e) -> Result<bool> {
       KILN_RETURN_IF_ERROR(e.put(name, sealed.value()));
@@ -469,8 +573,19 @@ void RemoteTiers::put_everywhere(const Publication& p, size_t below_tier) {
     if (st.ok()) {
       tier.add(TierCounter::kPublished, 1);
       tier.add(TierCounter::kBytesOut, static_cast<int64_t>(sealed->size()));
+    } else if (st.status().code() == StatusCode::kPermissionDenied) {
+      deny(tier, st.status());
     }
   }
+}
+
+void RemoteTiers::deny(Tier& tier, const Status& why) {
+  if (tier.denied.exchange(true)) return;
+  KILN_LOG_AT(kWarn, "remote", tier.config.label + ": writes refused: " + why.message());
+  if (m_options.report)
+    m_options.report("read-only " + tier.config.label, "remote cache " + tier.config.label + " refused this node's write (" + why.message() +
+                                                           "): these are a reader's credentials; publishing nothing to it for the rest "
+                                                           "of this process (reads go on)");
 }
 
 void RemoteTiers::worker() {

@@ -8,25 +8,35 @@
 // headers (cache/store.h). Each object travels in an envelope:
 //
 //   offset  size  field
-//   0       8     magic "KILNREM1"
+//   0       8     magic "KILNREM2"
 //   8       1     type: 'a' artifact, 'm' manifest
-//   9       1     tag: 0 none, 1 HMAC-SHA256
-//   10      6     zero
+//   9       1     scheme: 0 unsigned, 1 HMAC-SHA256 (the cluster secret), 2 Ed25519 (a publisher key)
+//   10      1     N, the length of the signer's key name (0-64; 0 unless Ed25519)
+//   11      5     zero
 //   16      16    the key the object is stored under
-//   32      32    HMAC-SHA256(secret, "kiln-remote-v1" | bytes 0..31 | payload), or zeros
-//   64      ...   payload
+//   32      8     when it was signed (Unix seconds, little-endian; 0 unsigned)
+//   40      32    SHA-256 of the payload (zeros unsigned)
+//   72      64    the Ed25519 signature, or the HMAC tag then zeros, of the fingerprint below
+//   136     N     the signer's key name
+//   136+N   ...   payload
 //
-// Trust. Without a secret, nothing from a remote is loaded unless its envelope names the key
-// asked for (a swapped object is refused) and the blob's own XXH3 hashes and metadata check
-// out (corruption and truncation are refused); a writer that means harm can still forge both.
-// With a secret, an object must also carry a tag made with the same secret over its key and
-// bytes: a missing or wrong tag is refused and counted, so only holders of the secret can
-// publish what others load.
+// The fingerprint signed (Nix's model: a fixed string of the signed fields in a stated order):
+//   "kiln-remote-v2\n" SCHEME "\n" KEY-NAME "\n" NAMESPACE "\n" TYPE "\n" KEY-HEX "\n" SHA256-HEX "\n" SIGNED-AT
+// where NAMESPACE is the tier's (tier_namespace: the Redis prefix, the HTTP folder, the S3
+// bucket and prefix; "bundle" in bundles), so an object replayed under another tenant's prefix,
+// key or type fails its signature.
+//
+// Trust (cache/trust.h, docs/SECURITY.md). With publisher keys (remote.trusted_keys), an object
+// loads only when it is signed by a trusted key that is not revoked, over its SHA-256; a node
+// with no signing key publishes nothing. With only the older cluster secret, an HMAC tag over
+// the same fingerprint: any holder of the secret can publish. With neither, nothing from a
+// remote is loaded unless its envelope names the key asked for and the blob's own hashes and
+// metadata check out; a writer that means harm can forge both (said once per process).
 //
 // Large artifacts (over RemoteOptions::chunk_threshold) travel as content-addressed chunks
-// (remote_chunks.cpp): the artifact's object then holds a chunk list (signed as any object;
-// with a secret it also carries an HMAC of the whole artifact), each chunk is an object named
-// by the XXH3-128 of its bytes, and the chunks are dealt out over the tier's endpoints in turn
+// (remote_chunks.cpp): the artifact's object then holds a chunk list (signed as any object: it
+// names the SHA-256 of every chunk and of the whole), each chunk is an object named by the
+// SHA-256 of its bytes, and the chunks are dealt out over the tier's endpoints in turn
 // (in the artifact's rendezvous order), so a hot 173 MB PCH is served evenly by every endpoint
 // of a tier, not by one. Chunks are
 // fetched in parallel, each checked on arrival; an artifact is handed over only whole and
@@ -55,6 +65,7 @@
 #include <vector>
 
 #include "cache/remote_endpoint.h"
+#include "cache/trust.h"
 #include "support/hash.h"
 #include "support/status.h"
 
@@ -86,7 +97,12 @@ Result<std::vector<TierConfig>> parse_tiers(std::string_view text);
 
 struct RemoteOptions {
   std::vector<TierConfig> tiers;
-  std::string secret;  // empty: objects are neither signed nor required to be
+  // Who publishes and whose objects load (cache/trust.h): publisher keys, else the older HMAC
+  // secret, else nothing is signed.
+  TrustConfig trust;
+  // The most bytes one object (a whole artifact, put together from its chunks) may hold: a
+  // tier that says or sends more is refused before the bytes are kept.
+  size_t max_object_bytes = size_t{2} << 30;
   // https tiers: a PEM bundle of the CAs to trust instead of the system's; a client
   // certificate (PEM) and its key (PEM, in an owner-only file; else in the certificate's file).
   std::string ca_file, cert_file, key_file;
@@ -120,11 +136,22 @@ struct RemoteOptions {
 enum class TierCounter { kHits, kMisses, kErrors, kRejected, kSkipped, kBytesIn, kBytesOut, kPublished, kMicroseconds, kCount };
 const char* tier_counter_name(TierCounter c);  // "hits", ..., "us"
 
-// Envelopes (exposed for tests and tools).
+// Envelopes (exposed for tests, bundles and tools).
 std::string object_name(RemoteObject type, const Hash128& key);
-Result<std::string> seal_object(RemoteObject type, const Hash128& key, std::string_view payload, const std::string& secret);
-// The payload (a view into `envelope`), or kDataLoss saying what is wrong with the envelope.
-Result<std::string_view> open_object(RemoteObject type, const Hash128& key, std::string_view envelope, const std::string& secret);
+// A chunk's name: the SHA-256 of its bytes, 64 hex digits.
+std::string chunk_object_name(const Sha256& hash);
+// The namespace a tier's objects are signed under: the Redis prefix, the HTTP folder, the S3
+// bucket and prefix (so two tenants' objects cannot be replayed across).
+std::string tier_namespace(const TierConfig& tier);
+inline constexpr std::string_view k_bundle_namespace = "bundle";
+// Signs with trust's signing key (Ed25519), else its secret (HMAC), else leaves it unsigned.
+// kPermissionDenied when trust has keys but no signing key: a reader publishes nothing.
+Result<std::string> seal_object(RemoteObject type, const Hash128& key, std::string_view payload, const TrustConfig& trust,
+                                std::string_view ns, int64_t signed_at = 0 /* 0: now */);
+// The payload (a view into `envelope`), or kDataLoss saying what is wrong with the envelope or
+// who signed it; `signer`, when given, gets the key name that signed it ("" unless Ed25519).
+Result<std::string_view> open_object(RemoteObject type, const Hash128& key, std::string_view envelope, const TrustConfig& trust,
+                                     std::string_view ns, std::string* signer = nullptr);
 // Whether an artifact object's payload is a chunk list (remote_chunks.cpp) rather than the artifact.
 bool is_chunk_list(std::string_view payload);
 
@@ -136,7 +163,7 @@ class RemoteTiers {
   ~RemoteTiers();
 
   const RemoteOptions& options() const { return m_options; }
-  bool signing() const { return !m_options.secret.empty(); }
+  bool signing() const { return m_options.trust.keys() || !m_options.trust.secret.empty(); }
 
   // Asks each tier in order for the object. An envelope that fails its checks, or a payload
   // that `accept` refuses (it checks further and keeps what it needs: the view is valid only
@@ -221,6 +248,8 @@ class RemoteTiers {
   };
   struct Tier {
     TierConfig config;
+    std::string ns;                       // tier_namespace(config)
+    std::atomic<bool> denied{false};      // the server refused this node's writes: publish no more
     std::vector<std::unique_ptr<Endpoint>> endpoints;
     std::array<std::atomic<int64_t>, static_cast<size_t>(TierCounter::kCount)> counters{};
     void add(TierCounter c, int64_t v) { counters[static_cast<size_t>(c)].fetch_add(v, std::memory_order_relaxed); }
@@ -254,6 +283,8 @@ class RemoteTiers {
   template <typename F>
   auto guarded(Tier& tier, Endpoint& endpoint, F&& call) -> decltype(call(*endpoint.remote));
   void put_everywhere(const Publication& p, size_t below_tier);
+  // The tier refused a write for these credentials: publish nothing more to it, said once.
+  void deny(Tier& tier, const Status& why);
   struct Job {
     std::vector<Publication> objects;
     std::function<void()> after;
@@ -267,7 +298,7 @@ class RemoteTiers {
   std::mutex m_refused_mutex;
   std::set<std::pair<size_t, std::string>> m_refused;  // (tier, object name)
   std::mutex m_spool_mutex;
-  std::map<Hash128, std::string> m_spool;  // chunks kept in memory when there is no spool_dir
+  std::map<Sha256, std::string> m_spool;  // chunks kept in memory when there is no spool_dir
   std::mutex m_queue_mutex;
   std::condition_variable m_queue_changed;
   std::deque<Job> m_queue;

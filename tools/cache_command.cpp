@@ -285,12 +285,11 @@ int explain(const ParsedArgs& args, const GlobalOptions& global) {
   return 0;
 }
 
-// The cluster secret, when one is configured; an error when it is configured but unusable.
-Result<std::string> configured_secret(const GlobalOptions& global) {
+// Who signs and whose signatures load (publisher keys, else the cluster secret); an error when
+// a key or secret is configured but unusable.
+Result<cache::TrustConfig> configured_secret(const GlobalOptions& global) {
   KILN_ASSIGN_OR_RETURN(cache::Settings settings, global.settings());
-  const std::string& file = settings.get(cache::SettingKey::kSecretFile);
-  if (file.empty()) return std::string();
-  return cache::read_secret_file(file);
+  return cache::trust_from_settings(settings);
 }
 
 int pack(const ParsedArgs& args, cache::Store& store, const GlobalOptions& global) {

@@ -53,6 +53,9 @@ int cmd_warm(const std::vector<std::string>& argv, const GlobalOptions& global);
 // `kiln config` (config_command.cpp).
 int cmd_config(const std::vector<std::string>& argv, const GlobalOptions& global);
 
+// `kiln key ...` (key_command.cpp).
+int cmd_key(const std::vector<std::string>& argv, const GlobalOptions& global);
+
 // `kiln cache ...` (cache_command.cpp).
 int cmd_cache(const std::vector<std::string>& argv, const GlobalOptions& global);
 extern const char* const k_cache_help;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "builders/ops.h"
+#include "cache/trust.h"
 #include "jit/hiprtc/hiprtc_toolchain.h"
 #include "jit/nvrtc/nvrtc_toolchain.h"
 #if KILN_HAVE_OPENCL
@@ -162,7 +163,20 @@ int cmd_doctor(const std::vector<std::string>& argv, const GlobalOptions& global
     if (auto* remote = (*ops)->remote()) tier_rows = remote->ping_all();
     else remote_problem = "the remote tiers could not be set up (see the warning above)";
   }
-  std::string secret_file = ops.ok() ? (*ops)->settings().get(cache::SettingKey::kSecretFile) : "";
+  // Who may publish what this node loads: publisher keys, the older cluster secret, or no one
+  // (docs/SECURITY.md); said with its weakness when it has one.
+  std::string trust_mode = "unsigned", trust_weakness, trust_problem;
+  bool trust_signed = false;
+  if (ops.ok()) {
+    auto trust = cache::trust_from_settings((*ops)->settings());
+    if (trust.ok()) {
+      trust_mode = trust->describe();
+      trust_weakness = trust->weakness();
+      trust_signed = trust->keys() || !trust->secret.empty();
+    } else {
+      trust_problem = trust.status().message();
+    }
+  }
   std::optional<cache::Statistics> stats;
   std::string cache_problem;
   std::vector<OpRow> op_rows;
@@ -256,7 +270,9 @@ int cmd_doctor(const std::vector<std::string>& argv, const GlobalOptions& global
       if (!t.status.ok()) o << ",\"error\":" << json_string(t.status.message());
       o << "}";
     }
-    o << "],\"signed\":" << json_bool(!secret_file.empty());
+    o << "],\"signed\":" << json_bool(trust_signed) << ",\"trust\":" << json_string(trust_mode);
+    if (!trust_weakness.empty() && !tier_rows.empty()) o << ",\"trust_warning\":" << json_string(trust_weakness);
+    if (!trust_problem.empty()) o << ",\"trust_problem\":" << json_string(trust_problem);
     if (!remote_problem.empty()) o << ",\"remote_problem\":" << json_string(remote_problem);
     o << "},\"targets\":[";
     for (size_t i = 0; i < targets.size(); ++i) o << (i ? "," : "") << json_string(targets[i]);
@@ -303,7 +319,9 @@ int cmd_doctor(const std::vector<std::string>& argv, const GlobalOptions& global
               << human_size(stats->max_bytes) << ")\n";
   if (!cache_problem.empty()) std::cout << "  problem: " << cache_problem << "\n";
   if (tier_rows.empty() && remote_problem.empty()) std::cout << "  remote tiers: none configured\n";
-  else std::cout << "  remote tiers (tried in order after this cache; artifacts " << (secret_file.empty() ? "unsigned" : "signed with " + secret_file) << ")\n";
+  else std::cout << "  remote tiers (tried in order after this cache; trust: " << trust_mode << ")\n";
+  if (!trust_problem.empty()) std::cout << "    problem: " << trust_problem << "\n";
+  if (!trust_weakness.empty() && (!tier_rows.empty() || !remote_problem.empty())) std::cout << "    warning: " << trust_weakness << "\n";
   if (!remote_problem.empty()) std::cout << "    problem: " << remote_problem << "\n";
   for (auto& t : tier_rows) {
     std::cout << "    " << t.endpoint << (t.endpoint != t.tier ? " (in tier " + t.tier + ")" : "") << (t.read_only ? ", read-only" : "") << ": ";

@@ -38,6 +38,7 @@ commands:
   doctor          what kiln finds here: accelerators, toolchains, the cache and its remote
                   tiers, every op's state
   config          the effective settings and where each came from (flag, environment, file)
+  key             publisher keys: `key generate NAME --out FILE` (docs/SECURITY.md)
   help [COMMAND]  show help for a command
 
 global options:
@@ -251,6 +252,7 @@ int run_main(int argc, char** argv) {
   if (command == "toolchains") return cmd_toolchains(rest);
   if (command == "doctor") return cmd_doctor(rest, global);
   if (command == "config") return cmd_config(rest, global);
+  if (command == "key") return cmd_key(rest, global);
   if (command == "help") {
     std::string topic = rest.empty() ? "" : rest[0];
     if (topic == "build") return std::cout << k_build_help, 0;
@@ -259,6 +261,7 @@ int run_main(int argc, char** argv) {
     if (topic == "cache") return std::cout << k_cache_help, 0;
     if (topic == "doctor") return cmd_doctor({"--help"}, global);
     if (topic == "config") return cmd_config({"--help"}, global);
+    if (topic == "key") return cmd_key({"--help"}, global);
     if (topic.empty()) return std::cout << k_main_help, 0;
     return usage_error("no help for '" + topic + "'", k_main_help);
   }

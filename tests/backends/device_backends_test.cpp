@@ -121,7 +121,7 @@ TEST_F(OpenClBackend, ABundleCarriesOpenClProgramsAndDeviceBinariesToAnotherCach
   { ASSERT_TRUE(ops({testing::bundled_spec_dir()})->get("vector_add").ok()); }
   testing::TempDir out;
   auto source = ops({testing::bundled_spec_dir()});
-  auto packed = cache::pack_bundle(*source->store(), out / "b.kb", {}, "");
+  auto packed = cache::pack_bundle(*source->store(), out / "b.kb", {}, cache::TrustConfig{});
   ASSERT_TRUE(packed.ok()) << packed.status().message();
   testing::TempDir other_cache;
   builders::OpsOptions o;
@@ -129,7 +129,7 @@ TEST_F(OpenClBackend, ABundleCarriesOpenClProgramsAndDeviceBinariesToAnotherCach
   o.spec_dirs = {testing::bundled_spec_dir()};
   o.accelerator = "opencl";
   auto other = builders::Ops::create(o).value();
-  auto unpacked = cache::unpack_bundle(*other->store(), out / "b.kb", "");
+  auto unpacked = cache::unpack_bundle(*other->store(), out / "b.kb", cache::TrustConfig{});
   ASSERT_TRUE(unpacked.ok()) << unpacked.status().message();
   auto before = acc->program_counts();
   auto op = other->get("vector_add");

@@ -186,27 +186,30 @@ TEST_F(Shards, AMalformedChunkListIsRefusedAndSaysWhy) {
     return out;
   };
   std::string chunk = "the only chunk";
-  Hash128 h = xxh3_128(chunk);
-  std::string entry = std::string(reinterpret_cast<const char*>(h.bytes.data()), 16) + le64(chunk.size(), 4);
-  auto list = [&](uint64_t total, uint32_t count, const std::string& entries, const Hash128& whole) {
-    return "KILNCHK1" + le64(total, 8) + le64(count, 4) + le64(0, 4) + std::string(reinterpret_cast<const char*>(whole.bytes.data()), 16) +
-           std::string(32, '\0') + entries;
+  auto sha = [](std::string_view b) { return sha256({b}).value(); };
+  auto raw_hash = [](const Sha256& h) { return std::string(reinterpret_cast<const char*>(h.data()), h.size()); };
+  Sha256 h = sha(chunk);
+  std::string entry = raw_hash(h) + le64(chunk.size(), 4);
+  auto list = [&](uint64_t total, uint32_t count, const std::string& entries, const Sha256& whole) {
+    return "KILNCHK2" + le64(total, 8) + le64(count, 4) + le64(0, 4) + raw_hash(whole) + entries;
   };
   // The chunk itself is there, where the tier looks for it (both shards: wherever it is dealt).
-  for (auto& s : m_servers) ASSERT_TRUE(raw(s->url())->put(object_name(RemoteObject::kChunk, h), chunk).ok());
+  for (auto& s : m_servers) ASSERT_TRUE(raw(s->url())->put(chunk_object_name(h), chunk).ok());
   struct Case {
     std::string payload;
     const char* says;
   };
-  std::vector<Case> cases{{"KILNCHK1short", "no KILNCHK1 header"},
-                          {list(chunk.size(), 2, entry, xxh3_128(chunk)), "bytes for 2 chunks"},
-                          {list(99, 1, entry, xxh3_128(chunk)), "its chunks hold 14 bytes, it says 99"},
-                          {list(0, 1, std::string(reinterpret_cast<const char*>(h.bytes.data()), 16) + le64(0, 4), xxh3_128("")), "is empty"},
-                          {list(chunk.size(), 1, entry, xxh3_128("another whole")), "do not hash to the artifact's hash"}};
+  std::vector<Case> cases{{"KILNCHK2short", "no KILNCHK2 header"},
+                          {list(chunk.size(), 2, entry, sha(chunk)), "bytes for 2 chunks"},
+                          {list(99, 1, entry, sha(chunk)), "its chunks hold 14 bytes, it says 99"},
+                          {list(1, 1, raw_hash(sha("")) + le64(0, 4), sha("")), "says 0 bytes"},
+                          // A 92-byte list that says 4 GiB: refused before anything is sized by it.
+                          {list(uint64_t{4} << 30, 1, entry, sha(chunk)), "over the cap"},
+                          {list(chunk.size(), 1, entry, sha("another whole")), "do not hash to the artifact's SHA-256"}};
   for (size_t i = 0; i < cases.size(); ++i) {
     Hash128 key = xxh3_128("malformed " + std::to_string(i));
     std::string name = object_name(RemoteObject::kArtifact, key);
-    auto sealed = seal_object(RemoteObject::kArtifact, key, cases[i].payload, "").value();
+    auto sealed = seal_object(RemoteObject::kArtifact, key, cases[i].payload, TrustConfig{}, tier_namespace(parse_tiers(urls()).value()[0])).value();
     for (auto& s : m_servers) ASSERT_TRUE(raw(s->url())->put(name, sealed).ok());
     RemoteOptions o = options(urls());
     std::string said;
@@ -225,11 +228,11 @@ TEST_F(Shards, SignedChunkedArtifactIsRefusedWithoutTheSameSecret) {
   Hash128 key = xxh3_128("signed");
   std::string payload = noise(300 << 10, 11);
   RemoteOptions signer = options(urls());
-  signer.secret = "cluster secret";
+  signer.trust.secret = "cluster secret";
   tiers(signer)->publish({{RemoteObject::kArtifact, key, payload}});
   RemoteOptions same = options(urls()), other = options(urls());
-  same.secret = "cluster secret";
-  other.secret = "another secret";
+  same.trust.secret = "cluster secret";
+  other.trust.secret = "another secret";
   EXPECT_EQ(fetch_whole(*tiers(same), key), payload);
   EXPECT_EQ(fetch_whole(*tiers(other), key), "");
   // Unsigned chunks are refused by a node that requires signatures.

@@ -95,27 +95,39 @@ TEST(TierParsing, RefusesWhatItCannotDoAndSaysWhy) {
   }
 }
 
+TrustConfig secret_trust(const std::string& secret) {
+  TrustConfig t;
+  t.secret = secret;
+  return t;
+}
+
 TEST(Envelope, RefusesSwappedUnsignedForgedAndTruncatedObjects) {
   Hash128 key = key_of("a"), other = key_of("b");
   std::string payload = bytes(1000, 1);
-  auto plain = seal_object(RemoteObject::kArtifact, key, payload, "");
+  const TrustConfig none, k = secret_trust("k");
+  const std::string ns = "redis:kiln:";
+  auto plain = seal_object(RemoteObject::kArtifact, key, payload, none, ns);
   ASSERT_TRUE(plain.ok());
-  EXPECT_EQ(open_object(RemoteObject::kArtifact, key, *plain, "").value(), payload);
+  EXPECT_EQ(open_object(RemoteObject::kArtifact, key, *plain, none, ns).value(), payload);
   auto why = [](const auto& r) { return r.ok() ? std::string("accepted") : r.status().message(); };
-  EXPECT_NE(why(open_object(RemoteObject::kArtifact, other, *plain, "")).find("another object"), std::string::npos);
-  EXPECT_NE(why(open_object(RemoteObject::kManifest, key, *plain, "")).find("another object"), std::string::npos);
-  EXPECT_NE(why(open_object(RemoteObject::kArtifact, key, plain->substr(0, 40), "")).find("not a kiln object"), std::string::npos);
-  EXPECT_NE(why(open_object(RemoteObject::kArtifact, key, *plain, "k")).find("not signed"), std::string::npos);
+  EXPECT_NE(why(open_object(RemoteObject::kArtifact, other, *plain, none, ns)).find("another object"), std::string::npos);
+  EXPECT_NE(why(open_object(RemoteObject::kManifest, key, *plain, none, ns)).find("another object"), std::string::npos);
+  EXPECT_NE(why(open_object(RemoteObject::kArtifact, key, plain->substr(0, 40), none, ns)).find("not a kiln object"), std::string::npos);
+  EXPECT_NE(why(open_object(RemoteObject::kArtifact, key, *plain, k, ns)).find("not signed"), std::string::npos);
 
-  auto is_signed = seal_object(RemoteObject::kArtifact, key, payload, "k");
+  auto is_signed = seal_object(RemoteObject::kArtifact, key, payload, k, ns);
   ASSERT_TRUE(is_signed.ok());
-  EXPECT_EQ(open_object(RemoteObject::kArtifact, key, *is_signed, "k").value(), payload);
-  EXPECT_NE(why(open_object(RemoteObject::kArtifact, key, *is_signed, "other")).find("signature does not match"), std::string::npos);
+  EXPECT_EQ(open_object(RemoteObject::kArtifact, key, *is_signed, k, ns).value(), payload);
+  EXPECT_NE(why(open_object(RemoteObject::kArtifact, key, *is_signed, secret_trust("other"), ns)).find("signature does not match"),
+            std::string::npos);
+  // The namespace is signed: the same object replayed under another tenant's prefix is refused.
+  EXPECT_NE(why(open_object(RemoteObject::kArtifact, key, *is_signed, k, "redis:tenant-b:")).find("signature does not match"),
+            std::string::npos);
   std::string altered = *is_signed;
-  altered[64 + 500] ^= 1;
-  EXPECT_NE(why(open_object(RemoteObject::kArtifact, key, altered, "k")).find("signature does not match"), std::string::npos);
+  altered[altered.size() - 500] ^= 1;
+  EXPECT_NE(why(open_object(RemoteObject::kArtifact, key, altered, k, ns)).find("SHA-256"), std::string::npos);
   // A node without the secret can still read signed objects (their content hashes still check).
-  EXPECT_EQ(open_object(RemoteObject::kArtifact, key, *is_signed, "").value(), payload);
+  EXPECT_EQ(open_object(RemoteObject::kArtifact, key, *is_signed, none, ns).value(), payload);
 }
 
 class RemoteServersTest : public ::testing::Test {
@@ -132,7 +144,7 @@ class RemoteServersTest : public ::testing::Test {
   }
   std::unique_ptr<RemoteTiers> tiers(const std::string& text, const std::string& secret = "") {
     auto o = options(text);
-    o.secret = secret;
+    o.trust.secret = secret;
     return RemoteTiers::create(std::move(o)).value();
   }
   // Fetches `key`'s artifact, accepting whatever opens; its payload or "".

@@ -65,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (bytes.size() >= 48 && (bytes[47] & 1)) fix_hashes(bytes);  // half the time: hashes as mutated
   static const std::string path = work_dir() + "/input.kpack";
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-  auto report = kiln::cache::unpack_bundle(store(), path, "");
+  auto report = kiln::cache::unpack_bundle(store(), path, kiln::cache::TrustConfig{});
   if (!report.ok() && report.status().code() != kiln::StatusCode::kDataLoss) __builtin_trap();
   return 0;
 }
