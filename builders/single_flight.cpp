@@ -40,7 +40,7 @@ cache::RemoteTiers* Ops::remote() {
     // Chunks of a large artifact whose fetch failed part way wait here for the next try.
     o.spool_dir = m_store->root() + "/remote-chunks";
     // Once per process: what trusting these tiers means when no publisher key guards them.
-    std::string weakness = st.ok() ? o.trust.weakness() : "";
+    std::string weakness = st.ok() && m_settings.get(cache::SettingKey::kUnsignedOk) != "1" ? o.trust.weakness() : "";
     if (st.ok()) {
       auto tiers = cache::RemoteTiers::create(std::move(o));
       if (tiers.ok()) m_remote = std::move(tiers).value();

@@ -93,7 +93,7 @@ TEST_F(TwoNodes, AReaderPublishesNothing) {
 }
 
 TEST_F(TwoNodes, AnUnsignedTierIsSaidOncePerProcess) {
-  Node plain = node("plain", {});
+  Node plain = node("plain", {{"KILN_REMOTE_UNSIGNED_OK", "0"}});
   auto r = build(plain);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   size_t first = r.err.find("unsigned");
@@ -101,6 +101,10 @@ TEST_F(TwoNodes, AnUnsignedTierIsSaidOncePerProcess) {
   EXPECT_EQ(r.err.find("unsigned", first + 1), std::string::npos) << "said more than once: " << r.err;
   auto doctor = run_process({kiln_binary(), "doctor"}, plain.env);
   EXPECT_NE(doctor.out.find("trust: unsigned"), std::string::npos) << doctor.out;
+  // A node whose operator says the tiers are private: doctor still says it, the build does not.
+  plain.env["KILN_REMOTE_UNSIGNED_OK"] = "1";
+  auto quiet = build(plain);
+  EXPECT_EQ(quiet.err.find("unsigned"), std::string::npos) << quiet.err;
 }
 
 }  // namespace
