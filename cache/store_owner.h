@@ -10,8 +10,10 @@
 //    creates on the way (each must come out as its own: a name another user made there first is
 //    refused). A root-owned sticky folder (/tmp) may be created in: the sticky bit keeps others
 //    from renaming or removing what kiln makes there, and what it makes is checked as its own;
-//  - the store's own folders and files at its top (blobs/, manifests/, the index, ...): none may
-//    be a symbolic link, and its folders pass the same test;
+//  - the store's own folders and files at its top (blobs/, manifests/, the journal, ...): none
+//    may be a symbolic link, and its folders pass the same test; skipped (but for blobs/) when
+//    the folder's mode lets no one but its owner enter it (0700, as kiln makes it), since then
+//    nothing in it can be anyone else's doing;
 //  - each blob and manifest as it is read (the status of the descriptor read, so it costs
 //    nothing): it must belong to a trusted user and be writable by no one else (store.cpp).
 // One stat per folder or file checked; the folder is then used through the descriptor checked.

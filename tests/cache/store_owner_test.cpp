@@ -365,14 +365,35 @@ TEST(StoreOwnerTest, TheStoresOwnFoldersAndFilesMayNotBeLinks) {
   std::string root = dir / "store";
   ASSERT_TRUE(Store::open(root).ok());
   ASSERT_TRUE(make_dirs(dir / "elsewhere").ok());
+  // Its blobs folder, whatever the mode of the store's folder.
+  ASSERT_EQ(::rmdir((root + "/blobs").c_str()), 0);
+  ASSERT_EQ(::symlink((dir / "elsewhere").c_str(), (root + "/blobs").c_str()), 0);
+  EXPECT_TRUE(contains(open_status(root, "").message(), "its blobs is a symbolic link")) << open_status(root, "").message();
+  ASSERT_EQ(::unlink((root + "/blobs").c_str()), 0);
+  // The rest when others may enter the folder (a 0700 one only its owner can have changed).
+  ASSERT_EQ(::chmod(root.c_str(), 0755), 0);
   ASSERT_EQ(::symlink((dir / "elsewhere").c_str(), (root + "/manifests").c_str()), 0);
   Status refused = open_status(root, "");
   EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied);
   EXPECT_TRUE(contains(refused.message(), "its manifests is a symbolic link")) << refused.message();
   ASSERT_EQ(::unlink((root + "/manifests").c_str()), 0);
+  ASSERT_EQ(::symlink((dir / "elsewhere/memo").c_str(), (root + "/file-memo").c_str()), 0);
+  EXPECT_TRUE(contains(open_status(root, "").message(), "its file-memo is a symbolic link"));
+  ASSERT_EQ(::unlink((root + "/file-memo").c_str()), 0);
+  // The index and the store's lock are opened without following a link: the index cannot be
+  // opened (its queries fail, lookups still work), and nothing is made where the links point.
+  ASSERT_TRUE(Store::open(root).value()->put(record_for("first"), "code").ok());  // the index and lock made
+  ASSERT_EQ(::unlink((root + "/index.sqlite").c_str()), 0);
   ASSERT_EQ(::symlink((dir / "elsewhere/db").c_str(), (root + "/index.sqlite").c_str()), 0);
-  EXPECT_TRUE(contains(open_status(root, "").message(), "its index.sqlite is a symbolic link"));
+  ASSERT_EQ(::unlink((root + "/index.lock").c_str()), 0);
+  ASSERT_EQ(::symlink((dir / "elsewhere/lock").c_str(), (root + "/index.lock").c_str()), 0);
+  std::vector<std::string> notices;
+  auto store = Store::open(root, options_with(&notices, ""));
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  EXPECT_FALSE((*store)->statistics().ok());
+  EXPECT_FALSE((*store)->put(record_for("x"), "code").ok());
   EXPECT_FALSE(fs::exists(dir / "elsewhere/db"));
+  EXPECT_FALSE(fs::exists(dir / "elsewhere/lock"));
 }
 
 TEST(StoreOwnerTest, ABlobAnotherUserWroteIntoTheStoreIsNotLoaded) {
