@@ -105,6 +105,7 @@ class _Marker:
 
 def poison(marker):
     """An attacker's node: its entries, under torch's real keys, are pickles that run code."""
+    import base64
     import pickle
 
     from kiln.torch import compile_cache
@@ -112,7 +113,10 @@ def poison(marker):
     put = compile_cache._KilnStore._put
 
     def poisoned(self, key, data):
-        return put(self, key, pickle.dumps(_Marker(marker)))
+        # torch's remote entries are JSON whose "data" is a base64 pickle (FX graphs, AOTAutograd):
+        # the same shape, so torch unpickles it as it would its own.
+        evil = base64.b64encode(pickle.dumps(_Marker(marker))).decode()
+        return put(self, key, json.dumps({"data": evil, "time_taken_ms": 1}).encode())
 
     compile_cache._KilnStore._put = poisoned
 
