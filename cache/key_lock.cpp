@@ -14,10 +14,17 @@ namespace kiln::cache {
 
 KeyLock KeyLock::acquire(const std::string& root, const Hash128& key, std::chrono::milliseconds timeout) {
   KeyLock lock;
-  std::string dir = root + "/locks";
-  if (!make_dirs(dir, 0700).ok()) return lock;
-  std::string path = dir + "/" + key.hex() + ".lock";
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  // The locks folder a real one of the store (a link there is replaced, never followed), and the
+  // lock file opened without following one either: a link planted there cannot make kiln create
+  // or lock a file elsewhere.
+  int root_fd = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) return lock;
+  auto dir = make_dirs_beneath(root_fd, "locks", 0700, root + "/locks");
+  ::close(root_fd);
+  if (!dir.ok()) return lock;
+  std::string name = key.hex() + ".lock";
+  int fd = ::openat(dir.value(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  ::close(dir.value());
   if (fd < 0) return lock;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);

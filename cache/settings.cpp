@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "cache/store_owner.h"
 #include "support/file_util.h"
 #include "support/toml.h"
 #include "support/units.h"
@@ -270,9 +271,9 @@ Result<Settings> Settings::load(const std::map<SettingKey, std::string>& flags) 
 std::string Settings::cache_dir() const {
   const std::string& dir = get(SettingKey::kCacheDir);
   if (!dir.empty()) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/kiln";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/kiln";
+  // $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; with no $HOME, the passwd entry's home, else a
+  // folder of this process's own (mkdtemp): never /tmp/.cache/kiln, which any user may make first.
+  return default_store_dir();
 }
 
 Result<uint64_t> Settings::max_bytes() const {

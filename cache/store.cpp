@@ -2,7 +2,9 @@
 // manifests written whole (store.h).
 #include "cache/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <ctime>
@@ -12,23 +14,68 @@
 #include "cache/store_files.h"
 #include "cache/store_sql.h"
 #include "support/file_util.h"
-#include "support/mapped_file.h"
+#include "support/log.h"
 
 namespace kiln::cache {
 namespace {
 
 int64_t now_seconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
+// A blob file mapped read-only from a descriptor opened beneath the store (MappedFile maps by
+// path, which would follow a link planted on the way).
+struct BlobMapping {
+  void* data = nullptr;
+  size_t size = 0;
+  BlobMapping(const BlobMapping&) = delete;
+  BlobMapping(void* d, size_t n) : data(d), size(n) {}
+  ~BlobMapping() {
+    if (data) ::munmap(data, size);
+  }
+};
+
 }  // namespace
 
 Result<std::unique_ptr<Store>> Store::open(const std::string& root_in, StoreOptions options) {
+  if (root_in.empty())
+    return invalid_argument("no cache folder: $HOME is unset, this user's passwd entry names no home, and no private folder could be made");
   std::string root = absolute_path(root_in);
-  KILN_RETURN_IF_ERROR(make_dirs(root, 0700));
-  KILN_RETURN_IF_ERROR(make_dirs(root + "/blobs", 0700));
-  return std::unique_ptr<Store>(new Store(root, options));
+  StoreTrust trust = options.shared_group ? StoreTrust(*options.shared_group) : StoreTrust::from_settings();
+  Result<int> fd = open_owned_folder(root, trust);
+  std::string refusal;
+  if (!fd.ok() && fd.status().code() == StatusCode::kPermissionDenied && options.private_fallback) {
+    auto own = open_private_store(root);
+    if (!own.ok()) return permission_denied(fd.status().message() + "; and no private store could be made: " + own.status().message());
+    refusal = fd.status().message() + "; kiln uses the private store " + own->path +
+              " instead (make the folder this user's with mode 0700, or to share it with a group, name the group in "
+              "cache.shared_group and give the folder to it)";
+    root = own->path;
+    fd = own->fd;
+    trust = StoreTrust();  // a private store is this user's alone
+  }
+  if (!fd.ok()) return fd.status();
+  auto blobs = make_dirs_beneath(fd.value(), "blobs", 0700, root + "/blobs");
+  if (!blobs.ok()) {
+    ::close(fd.value());
+    return blobs.status();
+  }
+  ::close(blobs.value());
+  std::unique_ptr<Store> store(new Store(root, std::move(options), fd.value(), std::move(trust)));
+  if (!refusal.empty()) {
+    store->m_notice = refusal;
+    // Once per process, however many stores open the folder.
+    if (first_time_in_process("refused " + root_in + " " + refusal)) {
+      if (store->m_options.report_notice) {
+        store->m_options.report_notice(refusal);
+      } else {
+        KILN_LOG_AT(kWarn, "cache", refusal);
+      }
+    }
+  }
+  return store;
 }
 
-Store::Store(std::string root, StoreOptions options) : m_root(std::move(root)), m_options(std::move(options)) {}
+Store::Store(std::string root, StoreOptions options, int root_fd, StoreTrust trust)
+    : m_root(std::move(root)), m_root_fd(root_fd), m_trust(std::move(trust)), m_options(std::move(options)) {}
 
 Store::~Store() {
   {
@@ -41,21 +88,49 @@ Store::~Store() {
   }
   m_page.reset();
   if (m_lock_fd >= 0) ::close(m_lock_fd);
+  if (m_root_fd >= 0) ::close(m_root_fd);
 }
 
-std::string Store::blob_path(const Hash128& key) const {
+std::string Store::blob_relative(const Hash128& key) {
   std::string hex = key.hex();
-  return m_root + "/blobs/" + hex.substr(0, 2) + "/" + hex + ".blob";
+  return "blobs/" + hex.substr(0, 2) + "/" + hex + ".blob";
 }
 
-std::string Store::manifest_path(const Hash128& input_key) const {
+std::string Store::manifest_relative(const Hash128& input_key) {
   std::string hex = input_key.hex();
-  return m_root + "/manifests/" + hex.substr(0, 2) + "/" + hex + ".manifest";
+  return "manifests/" + hex.substr(0, 2) + "/" + hex + ".manifest";
+}
+
+std::string Store::blob_path(const Hash128& key) const { return m_root + "/" + blob_relative(key); }
+
+std::string Store::manifest_path(const Hash128& input_key) const { return m_root + "/" + manifest_relative(input_key); }
+
+std::string Store::untrusted(const struct stat& st) const {
+  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+  std::string why = m_trust.problem(st);
+  return why.empty() ? why : "it belongs to " + describe_owner(st) + ", and " + why;
+}
+
+Result<int> Store::open_blob(const Hash128& key, struct stat* st) {
+  std::string path = blob_path(key);
+  KILN_ASSIGN_OR_RETURN(int fd, open_beneath(m_root_fd, blob_relative(key), O_RDONLY, path));
+  std::string why = ::fstat(fd, st) == 0 ? untrusted(*st) : "it cannot be examined";
+  if (why.empty()) return fd;
+  ::close(fd);
+  return permission_denied(path + ": " + why);
+}
+
+Result<std::string> Store::read_blob_file(const Hash128& key) {
+  std::string path = blob_path(key);
+  struct stat st{};
+  KILN_ASSIGN_OR_RETURN(std::string file, read_file_beneath(m_root_fd, blob_relative(key), path, &st));
+  if (std::string why = untrusted(st); !why.empty()) return permission_denied(path + ": " + why);
+  return file;
 }
 
 Result<std::optional<Artifact>> Store::get(const Hash128& key) {
   // The blob alone: it carries the artifact's record and the hashes of both.
-  auto file = read_file(blob_path(key));
+  auto file = read_blob_file(key);
   if (!file.ok()) {
     KILN_RETURN_IF_ERROR(missing(key, file.status()));
     return std::optional<Artifact>();
@@ -74,16 +149,21 @@ Result<std::optional<Artifact>> Store::get(const Hash128& key) {
 }
 
 Result<std::optional<MappedArtifact>> Store::map(const Hash128& key) {
-  std::string path = blob_path(key);
-  // Populated at once: a PCH is read whole by the compile that maps it. Blobs are replaced by
-  // rename, never written in place, so a mapped one cannot change (support/mapped_file.h).
-  auto opened = MappedFile::open(path, /*populate=*/true);
+  struct stat st{};
+  auto opened = open_blob(key, &st);
   if (!opened.ok()) {
     KILN_RETURN_IF_ERROR(missing(key, opened.status()));
     return std::optional<MappedArtifact>();
   }
-  std::shared_ptr<const MappedFile> mapping = std::move(opened).value();
-  std::string_view file = mapping->view();
+  // Populated at once: a PCH is read whole by the compile that maps it. Blobs are replaced by
+  // rename, never written in place, so a mapped one cannot change (support/mapped_file.h).
+  size_t size = static_cast<size_t>(st.st_size);
+  void* data = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, opened.value(), 0) : nullptr;
+  int err = errno;
+  ::close(opened.value());
+  if (data == MAP_FAILED) return errno_status("map " + blob_path(key), err);
+  auto mapping = std::make_shared<const BlobMapping>(data, size);
+  std::string_view file(static_cast<const char*>(data), size);
   if (blob_format_version(file) > k_blob_format_version) return std::optional<MappedArtifact>();
   Result<BlobInPlace> blob = decode_blob_in_place(file);
   std::shared_ptr<const void> memory = mapping;
@@ -110,6 +190,15 @@ Result<std::optional<MappedArtifact>> Store::map(const Hash128& key) {
 }
 
 Status Store::missing(const Hash128& key, const Status& why) {
+  if (why.code() == StatusCode::kPermissionDenied) {
+    // A link on the way to the blob, or a blob someone untrusted wrote: not read, and removed
+    // like a damaged one (a link itself goes, never what it points to), so it is compiled again.
+    std::lock_guard lock(m_mutex);
+    std::string reason = why.message();
+    if (reason.rfind(blob_path(key) + ": ", 0) == 0) reason = reason.substr(blob_path(key).size() + 2);
+    repair_locked(key, std::nullopt, reason);
+    return {};
+  }
   if (why.code() != StatusCode::kNotFound) return why;
   // Not stored, or listed in the index but gone: look there, so a lost blob is repaired
   // (its row removed, counted). Only a miss pays for this, and a compile follows it.
@@ -155,7 +244,7 @@ void Store::repair_locked(const Hash128& key, const std::optional<ArtifactRecord
     m_options.report_damage("cache entry " + key.hex() + " (" + what + ") was damaged (" + why +
                             "); it was removed and will be compiled again (`kiln cache verify` checks them all)");
   }
-  ::unlink(blob_path(key).c_str());
+  remove_beneath(m_root_fd, blob_relative(key));
   remove_placed_files(m_root, key);
   if (indexed) (void)remove_locked(key, /*unlink_blob=*/false);
 }
@@ -193,9 +282,12 @@ Status Store::publish_locked(const ArtifactRecord& record, std::string_view file
   // before any rebuild can look.
   KILN_RETURN_IF_ERROR(lock_store_locked(/*exclusive=*/false));
   Status st = [&]() -> Status {
-    std::string path = blob_path(record.key);
-    KILN_RETURN_IF_ERROR(make_dirs(dirname_of(path), 0700));
-    KILN_RETURN_IF_ERROR(write_file_atomic(path, file, durable));
+    // Its shard folder a real one of this store (a link planted there is replaced, not followed).
+    std::string relative = blob_relative(record.key), path = blob_path(record.key);
+    KILN_ASSIGN_OR_RETURN(int shard, make_dirs_beneath(m_root_fd, dirname_of(relative), 0700, dirname_of(path)));
+    Status written = write_file_atomic_at(shard, relative.substr(relative.rfind('/') + 1), file, durable, path);
+    ::close(shard);
+    KILN_RETURN_IF_ERROR(written);
     // Then the manifest that leads to it (a failure keeps none: the last compile's headers).
     if (has_manifest(record)) KILN_RETURN_IF_ERROR(write_manifest(record.input_key, record.manifest, durable));
     return with_recovery_locked([&]() -> Status {
@@ -234,11 +326,16 @@ Status Store::enforce_cap_locked() {
 }
 
 Result<std::optional<std::string>> Store::get_manifest(const Hash128& input_key) {
-  auto file = read_file(manifest_path(input_key));
+  struct stat st{};
+  auto file = read_file_beneath(m_root_fd, manifest_relative(input_key), manifest_path(input_key), &st);
   if (!file.ok()) {
-    if (file.status().code() == StatusCode::kNotFound) return std::optional<std::string>();
+    // A link on the way is not followed: a miss, as is a manifest someone untrusted wrote (it
+    // could lead a lookup to another artifact). The next compile writes it again.
+    if (file.status().code() == StatusCode::kNotFound || file.status().code() == StatusCode::kPermissionDenied)
+      return std::optional<std::string>();
     return file.status();
   }
+  if (!untrusted(st).empty()) return std::optional<std::string>();
   std::string_view text = file.value();
   // A manifest of another format (a newer kiln's) is not this kiln's to read: a miss.
   if (text.substr(0, k_manifest_header.size()) != k_manifest_header) return std::optional<std::string>();
@@ -246,9 +343,12 @@ Result<std::optional<std::string>> Store::get_manifest(const Hash128& input_key)
 }
 
 Status Store::write_manifest(const Hash128& input_key, std::string_view manifest, bool durable) {
-  std::string path = manifest_path(input_key);
-  KILN_RETURN_IF_ERROR(make_dirs(dirname_of(path), 0700));
-  return write_file_atomic(path, std::string(k_manifest_header) + std::string(manifest), durable);
+  std::string relative = manifest_relative(input_key), path = manifest_path(input_key);
+  KILN_ASSIGN_OR_RETURN(int shard, make_dirs_beneath(m_root_fd, dirname_of(relative), 0700, dirname_of(path)));
+  Status written = write_file_atomic_at(shard, relative.substr(relative.rfind('/') + 1),
+                                        std::string(k_manifest_header) + std::string(manifest), durable, path);
+  ::close(shard);
+  return written;
 }
 
 Status Store::put_manifest(const Hash128& input_key, std::string_view manifest) {

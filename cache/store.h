@@ -24,8 +24,14 @@
 // appended line per key, at least once a second), and both are folded into the index by the
 // next process that writes it.
 //
+// The folder is used only when everyone who can write it is trusted (this user, root, and the
+// group cache.shared_group names); one that is not is refused with a warning, and the store opens
+// on a private folder instead (cache/store_owner.h). Blobs and manifests are read through the
+// folder's descriptor, following no link, and each must belong to a trusted user.
+//
 // Files: store.cpp (lookups, publication), store_index.cpp (the SQLite index), store_usage.cpp
-// (counters and the usage journal), store_admin.cpp (statistics, gc, verify, clear).
+// (counters and the usage journal), store_admin.cpp (statistics, gc, verify, clear),
+// store_owner.cpp (whose the folder is).
 //
 // Thread-safety: one Store may be used from many threads (calls are serialised on its own
 // connection). Many processes may open the same folder at once.
@@ -45,6 +51,7 @@
 #include "cache/artifact_record.h"
 #include "cache/blob.h"
 #include "cache/counter_page.h"
+#include "cache/store_owner.h"
 #include "support/hash.h"
 #include "support/status.h"
 
@@ -93,8 +100,17 @@ struct StoreOptions {
   // the repairs counter). Null: say nothing.
   std::function<void(const std::string&)> report_damage;
   // Told when opening the index had to do something a person should hear about (a corrupt,
-  // lost or foreign index set aside and rebuilt from the blobs). Null: notice() keeps it.
+  // lost or foreign index set aside and rebuilt from the blobs; a folder refused, once per
+  // process). Null: notice() keeps it (and the log says a refusal at warn level).
   std::function<void(const std::string&)> report_notice;
+  // The group that may share the folder (cache.shared_group: then it may be that group's and
+  // group-writable, and hold its members' files). Unset: read from the settings, and only when a
+  // folder or file proves group-writable or another user's.
+  std::optional<std::string> shared_group;
+  // A folder refused for whose it is: open a private store instead (and say so, through
+  // report_notice), or fail with kPermissionDenied (for commands that act on the folder named:
+  // clearing or repairing another folder than the one the user named would surprise them).
+  bool private_fallback = true;
 };
 
 struct Statistics {
@@ -128,7 +144,10 @@ struct VerifyReport {
 
 class Store {
  public:
-  // Creates the folder (mode 0700) if needed. The index is opened on first use: then an older
+  // Creates the folder (mode 0700) if needed, once it and the folder it is made in pass the checks
+  // of cache/store_owner.h; a folder that fails is refused (notice() says which, whose and its
+  // mode) and a private store opened instead, unless options.private_fallback is false (then
+  // kPermissionDenied). The index is opened on first use: then an older
   // one migrates; one that is missing, empty while blobs are here, corrupt, or another cache's
   // is set aside and rebuilt from the blobs (notice() says so, once); and one from a newer kiln
   // is left as it is, writes and queries answering kUnavailable (lookups of what this kiln can
@@ -136,8 +155,10 @@ class Store {
   static Result<std::unique_ptr<Store>> open(const std::string& root, StoreOptions options = {});
   ~Store();
 
+  // The folder in use: the one asked for, or the private one that replaced it.
   const std::string& root() const { return m_root; }
-  // What opening the index had to do that a person should hear about; empty normally.
+  // What opening the store or its index had to do that a person should hear about (a folder
+  // refused, an index rebuilt); empty normally.
   const std::string& notice() const { return m_notice; }
 
   // A miss, or a blob that fails its checks (then removed and counted), is nullopt. Reads the
@@ -159,6 +180,10 @@ class Store {
   // The same for a blob file that check_blob_file() has passed as `record` (a bundle checks
   // every object before it imports any, and need not decode each twice).
   Status import_checked(const ArtifactRecord& record, std::string_view blob_file);
+  // A blob file as it is stored (for a bundle, a remote tier, a PCH read whole), read as get()
+  // reads it: no link followed, and only when it belongs to a trusted user and no one else can
+  // write it (else kPermissionDenied). A missing one is kNotFound. Its content is not checked.
+  Result<std::string> read_blob_file(const Hash128& key);
   Result<std::optional<std::string>> get_manifest(const Hash128& input_key);
   // Writes the manifest of `input_key` alone (its artifact is already here).
   Status put_manifest(const Hash128& input_key, std::string_view manifest);
@@ -201,7 +226,16 @@ class Store {
   uint64_t max_bytes() const { return m_options.max_bytes; }
 
  private:
-  Store(std::string root, StoreOptions options);
+  Store(std::string root, StoreOptions options, int root_fd, StoreTrust trust);
+  // Where a blob and a manifest lie beneath the root ("blobs/ab/<key>.blob").
+  static std::string blob_relative(const Hash128& key);
+  static std::string manifest_relative(const Hash128& input_key);
+  // The blob of `key` opened beneath the root (no link followed) and checked for whose it is;
+  // `st` gets its status.
+  Result<int> open_blob(const Hash128& key, struct stat* st);
+  // "" when a file read from the store (status `st`) is a trusted user's and no one else can
+  // write it; else why not, naming its owner and mode.
+  std::string untrusted(const struct stat& st) const;
   // ---- the index (store_index.cpp). The caller holds m_mutex throughout.
   // Opens the index on first use; its failure is remembered.
   Status ensure_index_locked();
@@ -293,6 +327,8 @@ class Store {
   Result<GcReport> gc_locked(uint64_t target_bytes);
 
   std::string m_root;
+  int m_root_fd = -1;  // m_root, checked when opened: files are opened beneath it
+  StoreTrust m_trust;
   StoreOptions m_options;
   sqlite3* m_db = nullptr;
   uint64_t m_index_dev = 0, m_index_ino = 0;  // the file m_db opened

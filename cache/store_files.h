@@ -9,7 +9,9 @@
 #pragma once
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -31,27 +33,37 @@ inline constexpr const char* k_store_id_file = "blobs/.store-id";
 // A temporary or unindexed file younger than this may belong to a store in progress.
 inline constexpr int64_t k_grace_seconds = 3600;
 
-// Calls fn(path, name, mtime) for every file under <root>/blobs/<shard>/; fn returns false to stop.
+// Calls fn(path, name, mtime) for every regular file under <root>/blobs/<shard>/; fn returns false
+// to stop. Links are passed over, never followed: a shard folder or a blob that is a link is not
+// this store's (publication replaces such a shard with a real folder).
 template <class Fn>
 void for_each_blob_file(const std::string& root, Fn fn) {
   std::string blobs = root + "/blobs";
-  DIR* top = ::opendir(blobs.c_str());
-  if (!top) return;
+  int top_fd = ::open(blobs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR* top = top_fd >= 0 ? ::fdopendir(top_fd) : nullptr;
+  if (!top) {
+    if (top_fd >= 0) ::close(top_fd);
+    return;
+  }
   bool more = true;
   while (more) {
     auto* shard = ::readdir(top);
     if (!shard) break;
     if (shard->d_name[0] == '.') continue;
     std::string dir = blobs + "/" + shard->d_name;
-    DIR* d = ::opendir(dir.c_str());
-    if (!d) continue;
+    int fd = ::openat(top_fd, shard->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
+    if (!d) {
+      if (fd >= 0) ::close(fd);
+      continue;
+    }
     while (more) {
       auto* e = ::readdir(d);
       if (!e) break;
       if (e->d_name[0] == '.') continue;
-      std::string path = dir + "/" + e->d_name;
       struct stat st{};
-      if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) more = fn(path, std::string(e->d_name), int64_t{st.st_mtime});
+      if (::fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+        more = fn(dir + "/" + e->d_name, std::string(e->d_name), int64_t{st.st_mtime});
     }
     ::closedir(d);
   }

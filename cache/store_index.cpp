@@ -85,7 +85,7 @@ bool any_blob(const std::string& root) {
 
 Status Store::open_index() {
   std::string index = m_root + "/index.sqlite";
-  int rc = sqlite3_open_v2(index.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc = sqlite3_open_v2(index.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nullptr);
   if (rc != SQLITE_OK) return sql_error(m_db, "open " + index);
   struct stat st{};
   if (::stat(index.c_str(), &st) == 0) {
@@ -225,7 +225,7 @@ bool Store::recovered_locked() {
 Status Store::lock_store_locked(bool exclusive) {
   if (m_lock_fd < 0) {
     std::string path = m_root + "/index.lock";
-    m_lock_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    m_lock_fd = ::openat(m_root_fd, "index.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (m_lock_fd < 0) return errno_status("cannot open the store's lock " + path, errno);
   }
   while (::flock(m_lock_fd, exclusive ? LOCK_EX : LOCK_SH) != 0)
@@ -345,7 +345,7 @@ Status Store::fill_extra_sizes_locked() {
       struct stat st{};
       if (!(input == key) && ::stat(manifest_path(input).c_str(), &st) == 0) extra += static_cast<uint64_t>(st.st_size);
       if (!sqlite3_column_int(s, 2))
-        if (auto file = read_file(blob_path(key)); file.ok())
+        if (auto file = read_blob_file(key); file.ok())
           if (auto blob = decode_blob(file.value(), /*with_metadata=*/false); blob.ok()) extra += placed_size_of(blob->content).value_or(0);
       if (extra) sizes.emplace_back(key, extra);
     }
@@ -392,7 +392,7 @@ Status Store::remove_locked(const Hash128& key, bool unlink_blob) {
   }
   if (unlink_blob) {
     // The artifact goes whole: its blob, and the copies its group of files was handed out as.
-    ::unlink(blob_path(key).c_str());
+    remove_beneath(m_root_fd, blob_relative(key));
     remove_placed_files(m_root, key);
   }
   return {};
@@ -443,8 +443,13 @@ Result<uint64_t> Store::adopt_locked(const std::vector<std::pair<std::string, in
   };
   std::vector<Found> found;
   for (auto& [path, mtime] : blobs) {
-    auto file = read_file(path);
+    struct stat st{};
+    auto file = read_file_beneath(m_root_fd, relative_to(path, m_root), path, &st);
     if (!file.ok()) continue;  // gone meanwhile (evicted, replaced)
+    if (!untrusted(st).empty()) {  // someone else's: never an artifact of this store's
+      if (damaged) damaged->push_back(path);
+      continue;
+    }
     auto blob = decode_blob(file.value());
     auto record = blob.ok() ? decode_record(blob->metadata) : Result<ArtifactRecord>(blob.status());
     if (!record.ok() || blob_path(record->key) != path || record->size != blob->content.size()) {

@@ -1,6 +1,8 @@
 // Small, careful file helpers shared by the cache, the spec parser and the CLI.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <string>
 #include <string_view>
 
@@ -24,6 +26,31 @@ Status write_file_atomic(const std::string& path, std::string_view bytes, bool d
 
 // mkdir -p with `mode` for the folders it creates.
 Status make_dirs(const std::string& path, unsigned mode = 0700);
+
+// ---- beneath a folder, following no link: for a folder whose content others may have planted
+// (the cache's store). `relative` is a path of plain names ("blobs/ab/<key>.blob": no "..", no
+// leading '/'); `shown` names the file in messages. A symbolic link met anywhere on the way is
+// kPermissionDenied (it is never followed), a missing file kNotFound, other failures kIoError.
+
+// One openat2(RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH) call, as cheap as open(); where the kernel
+// lacks it (before Linux 5.6, or a seccomp filter that refuses it), one openat(O_NOFOLLOW) per
+// component. Returns the descriptor (O_CLOEXEC added).
+Result<int> open_beneath(int dir_fd, std::string_view relative, int flags, const std::string& shown, unsigned mode = 0);
+// read_file through open_beneath; `st` (when not null) gets the file's status from the same
+// descriptor, so the file checked is the file read.
+Result<std::string> read_file_beneath(int dir_fd, std::string_view relative, const std::string& shown,
+                                      struct stat* st = nullptr);
+// Creates the folders of `relative` beneath `dir_fd` (with `mode`) and opens the last. A link or
+// a file found where one of them belongs is removed (never what a link points to) and the folder
+// made in its place: the descriptor is always of a real folder of this tree.
+Result<int> make_dirs_beneath(int dir_fd, std::string_view relative, unsigned mode, const std::string& shown);
+// Removes the file `relative` beneath `dir_fd`. When a folder on the way is a link, that link is
+// removed instead; what a link points to is never touched. A missing file is no error.
+void remove_beneath(int dir_fd, std::string_view relative);
+// write_file_atomic for the file `name` in the folder open as `dir_fd`: the temporary is created
+// there exclusively (O_CREAT | O_EXCL | O_NOFOLLOW, 0600) and renamed over `name` within it.
+Status write_file_atomic_at(int dir_fd, const std::string& name, std::string_view bytes, bool durable,
+                            const std::string& shown);
 
 // Lexically normalised absolute path ("a/./b/../c/" -> "/cwd/a/c"); no symlinks resolved, no
 // trailing slash.
