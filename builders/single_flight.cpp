@@ -39,6 +39,8 @@ cache::RemoteTiers* Ops::remote() {
     o.report = [this](const std::string& kind, const std::string& message) { warn_once("remote " + kind, message); };
     // Chunks of a large artifact whose fetch failed part way wait here for the next try.
     o.spool_dir = m_store->root() + "/remote-chunks";
+    // Once per process: what trusting these tiers means when no publisher key guards them.
+    std::string weakness = st.ok() && m_settings.get(cache::SettingKey::kUnsignedOk) != "1" ? o.trust.weakness() : "";
     if (st.ok()) {
       auto tiers = cache::RemoteTiers::create(std::move(o));
       if (tiers.ok()) m_remote = std::move(tiers).value();
@@ -46,6 +48,7 @@ cache::RemoteTiers* Ops::remote() {
     }
     // A remote that cannot be set up must not stop ops from running: say so, compile here.
     if (!st.ok()) warn_once("remote-setup", "remote cache tiers are off: " + st.message());
+    else if (!weakness.empty()) warn_once("remote-trust", weakness);
   });
   return m_remote.get();
 }

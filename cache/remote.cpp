@@ -177,7 +177,13 @@ std::string object_name(RemoteObject type, const Hash128& key) {
   return key.hex() + std::string(31, '0') + (type == RemoteObject::kArtifact ? '0' : type == RemoteObject::kManifest ? '1' : '2');
 }
 
-std::string chunk_object_name(const Sha256& hash) { return sha256_hex(hash); }
+std::string chunk_object_name(const Sha256& hash) {
+  // Where to look, not what is trusted: the signed list names each chunk's whole SHA-256, which
+  // is checked on arrival, so a chunk planted under a name (of 128 bits) is a miss, never loaded.
+  Hash128 name;
+  std::memcpy(name.bytes.data(), hash.data(), 16);
+  return object_name(RemoteObject::kChunk, name);
+}
 
 std::string tier_namespace(const TierConfig& tier) {
   const EndpointUrl& url = tier.endpoints.front();
@@ -373,10 +379,6 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
       tier->endpoints.push_back(std::move(endpoint));
     }
     self->m_tiers.push_back(std::move(tier));
-  }
-  // Once per process: what trusting these tiers means when no publisher key guards them.
-  if (!o.tiers.empty() && o.report) {
-    if (std::string weak = o.trust.weakness(); !weak.empty()) o.report("trust", weak);
   }
   return self;
 }

@@ -36,7 +36,7 @@
 // Large artifacts (over RemoteOptions::chunk_threshold) travel as content-addressed chunks
 // (remote_chunks.cpp): the artifact's object then holds a chunk list (signed as any object: it
 // names the SHA-256 of every chunk and of the whole), each chunk is an object named by the
-// SHA-256 of its bytes, and the chunks are dealt out over the tier's endpoints in turn
+// SHA-256 of its bytes (checked whole on arrival), and the chunks are dealt out over the tier's endpoints in turn
 // (in the artifact's rendezvous order), so a hot 173 MB PCH is served evenly by every endpoint
 // of a tier, not by one. Chunks are
 // fetched in parallel, each checked on arrival; an artifact is handed over only whole and
@@ -138,7 +138,8 @@ const char* tier_counter_name(TierCounter c);  // "hits", ..., "us"
 
 // Envelopes (exposed for tests, bundles and tools).
 std::string object_name(RemoteObject type, const Hash128& key);
-// A chunk's name: the SHA-256 of its bytes, 64 hex digits.
+// A chunk's name: the first 128 bits of the SHA-256 of its bytes, as object_name shapes names
+// (the list that names it carries, and the reader checks, the whole SHA-256).
 std::string chunk_object_name(const Sha256& hash);
 // The namespace a tier's objects are signed under: the Redis prefix, the HTTP folder, the S3
 // bucket and prefix (so two tenants' objects cannot be replayed across).

@@ -45,6 +45,9 @@ constexpr SettingInfo k_settings[] = {
     {"remote.revoked_keys", "KILN_REVOKED_KEYS", "", "", "keys (NAME or NAME:BASE64) whose objects are refused even when trusted"},
     {"cache.shared_group", "KILN_CACHE_SHARED_GROUP", "", "",
      "a group allowed to share the cache folder (group-writable, owned by that group); none: the folder is the user's alone"},
+    {"remote.unsigned_ok", "KILN_REMOTE_UNSIGNED_OK", "", "",
+     "1: the tiers are private to this user or job; do not warn once per process that they are unsigned or HMAC-only "
+     "(kiln doctor still says it)"},
 };
 static_assert(std::size(k_settings) == static_cast<size_t>(SettingKey::kCount));
 

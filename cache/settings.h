@@ -51,6 +51,7 @@ enum class SettingKey {
   kTrustedKeys,
   kRevokedKeys,
   kSharedGroup,
+  kUnsignedOk,
   kCount
 };
 

@@ -262,9 +262,9 @@ TEST_F(RemoteServersTest, RedisRepliesCutStalledOrGarbledAreErrorsNotData) {
     direct->publish({{RemoteObject::kArtifact, key, payload}});
     direct->drain();
   }
-  // The reply is "$<length>\r\n", the envelope (a 64-byte header and the payload), "\r\n":
+  // The reply is "$<length>\r\n", the envelope (a 136-byte header and the payload), "\r\n":
   // offsets into what the proxy passes.
-  const size_t value_size = payload.size() + 64, header = std::to_string(value_size).size() + 3;
+  const size_t value_size = payload.size() + 136, header = std::to_string(value_size).size() + 3;
   struct Case {
     FaultProxy::Fault fault;
     size_t amount;

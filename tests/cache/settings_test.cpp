@@ -128,6 +128,22 @@ secret_file = "/etc/kiln/secret"
   EXPECT_EQ(s->get(SettingKey::kSecretFile), "/etc/kiln/secret");
 }
 
+TEST_F(SettingsTest, KeysAreListsAndTheCacheTableHoldsTheSharedGroup) {
+  m_dir.write("user.toml",
+              "[remote]\ntrusted_keys = [\"ci-1:AAAA\", \"ci-2:BBBB\"]\nrevoked_keys = \"ci-0\"\n"
+              "signing_key_file = \"/etc/kiln/ci-1.key\"\n[cache]\nshared_group = \"ml\"\n");
+  auto s = Settings::load();
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->get(SettingKey::kTrustedKeys), "ci-1:AAAA ci-2:BBBB");
+  EXPECT_EQ(s->get(SettingKey::kRevokedKeys), "ci-0");
+  EXPECT_EQ(s->get(SettingKey::kSigningKeyFile), "/etc/kiln/ci-1.key");
+  EXPECT_EQ(s->get(SettingKey::kSharedGroup), "ml");
+  m_dir.write("user.toml", "[remote]\ntrusted_keys = [1]\n");
+  auto bad = Settings::load();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("user.toml:2"), std::string::npos) << bad.status().message();
+}
+
 TEST_F(SettingsTest, AMistakeInAFileNamesTheFileLineAndColumn) {
   struct Case {
     const char* text;

@@ -8,7 +8,8 @@ transformer, inference; small: a function of two ops; dynamic: a function called
 sequence lengths; cuda-autotune: a matmul compiled with mode="max-autotune" on a GPU), KILN (1: kiln.torch.compile_cache.install(); 0: torch as shipped), plus the
 usual KILN_CACHE_DIR, KILN_REMOTE_CACHE, TORCHINDUCTOR_CACHE_DIR, TORCH_COMPILE_JOB_ID.
 LOWERING_HOOK=1 prints "LOWERING" (flushed) when Inductor starts lowering a graph, for tests
-that kill a process mid-compile. HF_HIDDEN sets the Hugging Face models' hidden size (32).
+that kill a process mid-compile. POISON=PATH makes this node an attacker (docs/SECURITY.md): every
+entry it stores is a pickle whose __reduce__ writes PATH when it is loaded. HF_HIDDEN sets the Hugging Face models' hidden size (32).
 """
 import json
 import os
@@ -92,11 +93,41 @@ def run(models):
     return out
 
 
+class _Marker:
+    """Loading this runs code: it writes the marker file (what an attacker's entry would do)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (exec, ("open(%r, 'w').write('ran')" % self.path,))
+
+
+def poison(marker):
+    """An attacker's node: its entries, under torch's real keys, are pickles that run code."""
+    import base64
+    import pickle
+
+    from kiln.torch import compile_cache
+
+    put = compile_cache._KilnStore._put
+
+    def poisoned(self, key, data):
+        # torch's remote entries are JSON whose "data" is a base64 pickle (FX graphs, AOTAutograd):
+        # the same shape, so torch unpickles it as it would its own.
+        evil = base64.b64encode(pickle.dumps(_Marker(marker))).decode()
+        return put(self, key, json.dumps({"data": evil, "time_taken_ms": 1}).encode())
+
+    compile_cache._KilnStore._put = poisoned
+
+
 def main():
     if os.environ.get("KILN", "1") == "1":
         import kiln.torch.compile_cache
 
         kiln.torch.compile_cache.install()
+        if os.environ.get("POISON"):
+            poison(os.environ["POISON"])
     # Where the first call's time goes: Inductor's lowering and code generation of each graph
     # (fx_codegen_and_compile, which includes its C++ builds) and the C++ builds themselves
     # (run_compile_cmd: kiln's, or one g++ process each); the rest is Dynamo's trace, AOTAutograd

@@ -158,6 +158,37 @@ def test_entries_signed_by_another_cluster_are_refused(cluster, tmp_path):
     assert fx.get("hits_remote", 0) == 0 and fx["stored"] >= 1, report
 
 
+def _key(tmp, name):
+    """`kiln key generate NAME --out FILE`: the public key it printed."""
+    out = subprocess.run([sys.executable, "-m", "kiln", "key", "generate", name, "--out", os.path.join(tmp, name + ".key")],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_entries_an_untrusted_key_published_never_load(tmp_path):
+    """An attacker with write access to the cluster's Redis and a key pair of its own publishes
+    torch.compile entries under torch's real keys: pickles whose __reduce__ writes a marker. A node
+    trusting only the cluster's key compiles, loads none of them, and says why; one trusting the
+    attacker's key would run them (the marker shows the test can fail)."""
+    tmp = str(tmp_path)
+    ours, theirs = _key(tmp, "cluster-1"), _key(tmp, "attacker")
+    marker = tmp_path / "marker"
+    with start_redis(tmp) as url:
+        run_node(tmp, "attacker", "small", KILN_REMOTE_CACHE=url, KILN_SIGNING_KEY_FILE=os.path.join(tmp, "attacker.key"),
+                 POISON=str(marker))
+        assert not marker.exists()
+        out, report = run_node(tmp, "victim", "small", KILN_REMOTE_CACHE=url, KILN_TRUSTED_KEYS=ours)
+        assert not marker.exists(), "an entry signed by an untrusted key ran"
+        torch.testing.assert_close(out["small"], (torch.arange(24.0).reshape(4, 6) * 2).sin().sum(-1))
+        fx = kind(report, "fx-graph")
+        assert fx.get("hits_remote", 0) == 0 and fx["stored"] == 1, report
+        assert "attacker" in report["stderr"] and "does not trust" in report["stderr"], report["stderr"][-3000:]
+        # The same entries on a node that trusts the attacker's key: they load, and run.
+        env = node_env(tmp, "gullible", MODELS="small", KILN_REMOTE_CACHE=url, KILN_TRUSTED_KEYS=ours + "," + theirs)
+        subprocess.run([sys.executable, NODE, str(tmp_path / "gullible.pt")], env=env, capture_output=True, text=True, timeout=900)
+        assert marker.exists(), "the poisoned entries never reached a node that trusts their key: this test proves nothing"
+
+
 def test_a_dead_tier_is_a_local_run_with_one_warning(tmp_path):
     out, report = run_node(str(tmp_path), "node5", "small", KILN_REMOTE_CACHE="redis://127.0.0.1:%d" % free_port())
     torch.testing.assert_close(out["small"], (torch.arange(24.0).reshape(4, 6) * 2).sin().sum(-1))

@@ -40,6 +40,9 @@ def kiln_python(cache, tmp_path, *args, path=None, **env_more):
 
 
 def warm(cache, tmp_path, *args, **kw):
+    # The kernels' modules (triton_kernels) are in this folder: kiln imports only from --path.
+    if "--path" not in args and kw.get("path") is None:
+        args = ("--path", os.path.dirname(os.path.abspath(__file__))) + args
     done = kiln_python(cache, tmp_path, "warm", "--triton", "--json", *args, **kw)
     try:
         return done.returncode, json.loads(done.stdout), done.stderr
@@ -194,9 +197,17 @@ def test_warm_refuses_a_record_whose_key_comes_out_different_and_says_what_diffe
     cache = tmp_path / "cache"
     done = run_python("import sys; sys.path.insert(0, %r)\n%s" % (str(folder), COMPILE_SCALE), env=triton_env(cache, tmp_path))
     assert rows(cache, "triton-record") == [("scale_kernel", "cuda:sm_90")]
-    # As recorded: it replays (compiled: the run's driver answered none, the warm answers sm_90).
-    # Its module is not on the path: it is loaded from the file the run had it in.
+    # A record names a module and a file, and may come from another node's cache: with no --path
+    # folder holding it, nothing is imported (importing runs the module), and the record is refused.
+    marker = tmp_path / "imported"
+    module.write_text(KERNELS + "\nopen(%r, 'w').write('ran')\n" % str(marker))
     status, (r,), _ = warm(cache, tmp_path, path=[])
+    assert status == 1 and "not under a folder named by --path" in r["reason"], r
+    assert not marker.exists(), "kiln warm --triton imported a module outside its --path folders"
+    module.write_text(KERNELS)
+    # As recorded, from the folder named: it replays (compiled: the run's driver answered none, the
+    # warm answers sm_90). The folder is not on sys.path: it is loaded from the file the run had it in.
+    status, (r,), _ = warm(cache, tmp_path, "--path", str(folder), path=[])
     assert status == 0 and r["status"] == "compiled", r
     # The kernel's source changed since the run.
     module.write_text(KERNELS.replace("* 2.0", "* 3.0"))
@@ -214,7 +225,7 @@ def test_warm_refuses_a_record_whose_key_comes_out_different_and_says_what_diffe
     assert status == 1 and "environment: TRITON_DEFAULT_FP_FUSION recorded 'true', here" in r["reason"], r
     # The module cannot be imported here, and its file is not where the run had it.
     module.rename(tmp_path / "elsewhere.py")
-    status, (r,), _ = warm(cache, tmp_path, path=[])
+    status, (r,), _ = warm(cache, tmp_path, "--path", str(folder), path=[])
     assert status == 1 and "the kernel's module warm_kernels cannot be imported here" in r["reason"], r
     assert "--path DIR" in r["reason"]
 

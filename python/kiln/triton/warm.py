@@ -3,8 +3,10 @@
 
 The records are described in kiln/triton/record.py.
 
-Replaying needs the kernel's module importable where the warm runs (on sys.path, --path DIR, or
-at the file recorded, which is then loaded under its module name); a kernel defined in a script
+Replaying needs the kernel's module under a folder the command line names (--path DIR; a record
+comes from a cache another node may have written, and importing a module runs it, so kiln imports
+nothing from anywhere else: not sys.path, not a file a record names outside those folders); a
+kernel defined in a script
 run as __main__ or inside a function cannot be replayed. For the target it was recorded for, the
 key computed again must be the recorded one: where it is not, the record is refused and the
 parts that differ are named (Triton's version, the kernel's source, ptxas, an option, an
@@ -113,7 +115,40 @@ def _registered(module, qualname):
     return registry.get("%s:%s" % (module, qualname)) or _from_module(module, qualname)
 
 
+# The folders `--path` named (realpath): the only places a record's module may be imported from.
+_ALLOWED = []
+
+
+def _under_allowed(path):
+    real = os.path.realpath(path)
+    return any(real == root or real.startswith(root + os.sep) for root in _ALLOWED)
+
+
+def _check_importable_here(module, record_file):
+    """Refused unless `module` would be imported from a --path folder (found without running it),
+    or, when it is found nowhere, `record_file` lies under one."""
+    import importlib.machinery
+
+    top = module.split(".")[0]
+    if top in sys.modules:
+        origin = getattr(sys.modules[top], "__file__", None)
+        if origin and _under_allowed(origin):
+            return
+        raise Refused("module %s is already loaded from %s, outside the --path folders: kiln warm --triton imports kernels "
+                      "only from the folders its command line names" % (top, origin or "(built in)"))
+    spec = importlib.machinery.PathFinder.find_spec(top, _ALLOWED)
+    if spec is not None:
+        return
+    if record_file and _under_allowed(record_file):
+        return
+    raise Refused("the kernel's module %s is not under a folder named by --path (kiln warm --triton imports kernels only "
+                  "from the folders its command line names: a record may come from another node's cache): add --path DIR"
+                  % module)
+
+
 def _jit_function(module, qualname, record_file):
+    if module != "__main__" and "<locals>" not in qualname:
+        _check_importable_here(module, record_file)
     found = _registered(module, qualname)
     if found is not None:
         return found
@@ -267,7 +302,8 @@ environment variable); a record whose module cannot be imported is refused, sayi
 
 options:
   --target T   a CUDA target (repeatable: --target cuda:sm_80,sm_90; default: each record's own)
-  --path DIR   a folder to import the kernels' modules from (repeatable; before sys.path)
+  --path DIR   a folder to import the kernels' modules from (repeatable); kiln imports a
+               record's module from nowhere else
   --json       print a JSON array (one object per record and target: kernel, target, status
                hit|compiled|refused|failed, reason, ms)
   -q, --quiet  no line per record on stderr
@@ -320,6 +356,7 @@ def main(argv):
     except ValueError as e:
         print(str(e), file=sys.stderr)
         return 2
+    _ALLOWED[:] = [os.path.realpath(folder) for folder in args.path]
     for folder in reversed(args.path):
         sys.path.insert(0, os.path.abspath(folder))
     ctx, error = kt._context()
