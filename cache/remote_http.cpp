@@ -193,8 +193,8 @@ class HttpEndpoint final : public RemoteEndpoint {
   Status put(const std::string& name, std::string_view bytes) override {
     KILN_ASSIGN_OR_RETURN(Response r, send("PUT", name, bytes));
     if (r.status >= 200 && r.status < 300) return {};
-    // S3, written with If-None-Match: *: the object is there already (412), or another node's
-    // write of it is under way (409): the first writer wins, and it wrote the same bytes.
+    // S3: another node's write of the object is under way (409), or a server that still
+    // answers a conditional write (412): the object is being or was written; taken as done.
     if (m_s3 && (r.status == 412 || r.status == 409)) return {};
     return refused("PUT", name, r);
   }
@@ -508,8 +508,10 @@ class HttpEndpoint final : public RemoteEndpoint {
       c.headers = m_api->curl_slist_append(c.headers, ("x-amz-security-token: " + creds.session_token).c_str());
     if (std::strcmp(method, "PUT") == 0) {
       c.headers = m_api->curl_slist_append(c.headers, "Content-Type: application/octet-stream");
-      // First writer wins: an object is written once, never replaced under a reader.
-      c.headers = m_api->curl_slist_append(c.headers, "If-None-Match: *");
+      // The last writer wins, as on Redis and HTTP stores: an object that fails its checks
+      // (written first by someone without a trusted key) must not block its key, so the trusted
+      // publisher's write replaces it (docs/SECURITY.md). S3's PUT is atomic: a reader gets the
+      // old object or the new one, never a mix.
     }
     m_api->curl_easy_setopt(e, CURLOPT_HTTPHEADER, c.headers);
     return {};
