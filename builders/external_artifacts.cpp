@@ -6,6 +6,7 @@
 #include <string>
 
 #include "builders/ops.h"
+#include "cache/artifact_record.h"
 #include "cache/cache_key.h"
 #include "support/log.h"
 
@@ -31,9 +32,16 @@ cache::MappedArtifact owned(cache::Artifact a) {
 std::optional<cache::MappedArtifact> Ops::remote_lookup_external(const Hash128& key, cache::RemoteTiers& remote) {
   std::optional<cache::MappedArtifact> got;
   remote.fetch(cache::RemoteObject::kArtifact, key, [&](std::string_view blob) -> Status {
-    // Checked as every remote artifact is (its envelope names the key, its signature when the
-    // cluster signs, its hashes), and that it is the artifact of `key`, then stored here.
-    KILN_ASSIGN_OR_RETURN(cache::Artifact a, m_store->import(key, blob));
+    // Checked as every remote artifact is (its envelope names the key, its signature by a
+    // trusted key, its hashes), then that it is an external artifact of `key` (whose kind entered
+    // the key: external_key), all in memory; only then kept here. A store that cannot be written
+    // (a full disk) still hands over the checked bytes for this process.
+    KILN_ASSIGN_OR_RETURN(cache::Artifact a, cache::check_blob_file(key, blob));
+    if (!(a.record.input_key == key) || !a.record.manifest.empty())
+      return Status(StatusCode::kDataLoss, "the artifact under " + key.hex() + " is not an external " + a.record.kind +
+                                               " (it names other inputs or a header manifest)");
+    if (Status kept = m_store->import_checked(a.record, blob); !kept.ok())
+      KILN_LOG_AT(kWarn, "remote", "a checked " + a.record.kind + " could not be kept here: " + kept.message());
     got = owned(std::move(a));
     return {};
   });

@@ -1,5 +1,8 @@
 #include "builders/op_builder.h"
 
+#include <limits.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <set>
@@ -7,6 +10,7 @@
 #include "cache/cache_key.h"
 #include "jit/toolchain_loader.h"
 #include "kiln/cpu_kernel.h"
+#include "support/cuda_toolkit.h"
 #include "support/install_paths.h"
 #include "support/file_memo.h"
 #include "support/file_util.h"
@@ -317,6 +321,103 @@ std::string path_for(const std::string& label, const OpSpec& spec) {
   return label;
 }
 
+namespace {
+
+// ---- Bounds on a manifest, checked before it is decoded or any header it names is read.
+// The largest manifest text: torch/extension.h's 4,841 headers take ~500 KB.
+constexpr size_t k_max_manifest_bytes = size_t{16} << 20;
+// The longest label: a path the system could open at all.
+constexpr size_t k_max_label_bytes = PATH_MAX;
+// The largest header a manifest from elsewhere may name. The largest headers on the development
+// machine: LLVM's DemangleTestCases.inc, 5.2 MB; the CUDA toolkit's and torch's, under 2 MB.
+constexpr int64_t k_max_header_bytes = int64_t{64} << 20;
+
+// True when `path` has no empty, "." or ".." component (and is absolute, or relative, as asked):
+// what the kernel opens is then what the folder checks saw, whatever symlinks lie on the way.
+bool plain_path(std::string_view path, bool absolute) {
+  if (path.empty() || (path[0] == '/') != absolute) return false;
+  if (absolute) path.remove_prefix(1);
+  while (true) {
+    size_t slash = path.find('/');
+    std::string_view part = path.substr(0, slash);
+    if (part.empty() || part == "." || part == "..") return false;
+    if (slash == std::string_view::npos) return true;
+    path.remove_prefix(slash + 1);
+  }
+}
+
+// The folders named by the include options among `flags` (-I, -isystem, -iquote, -idirafter,
+// as "-I DIR" or "-IDIR").
+void include_dirs_in_flags(const std::vector<std::string>& flags, std::vector<std::string>& out) {
+  static const std::string_view k_options[] = {"-isystem", "-idirafter", "-iquote", "-I"};
+  for (size_t i = 0; i < flags.size(); ++i) {
+    for (std::string_view o : k_options) {
+      if (flags[i].rfind(o, 0) != 0) continue;
+      if (flags[i].size() > o.size()) out.push_back(flags[i].substr(o.size()));
+      else if (i + 1 < flags.size()) out.push_back(flags[i + 1]);
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> header_roots(const OpSpec& spec) {
+  std::vector<std::string> roots = {spec.spec_dir, cpu_device_include_dir(), cuda_device_include_dir(), hip_device_include_dir()};
+  roots.insert(roots.end(), spec.include_dirs.begin(), spec.include_dirs.end());
+  for (auto& s : spec.sources) roots.push_back(dirname_of(s.path));  // "..." beside a library's source
+  include_dirs_in_flags(spec.flags, roots);
+  if (spec.library) include_dirs_in_flags(spec.library->cuda_flags, roots);
+  // The compiler's own: its resource headers, the C library's and GCC's (libstdc++), CUDA's.
+  if (std::string resource = jit::clang_resource_dir(); !resource.empty()) roots.push_back(resource);
+  for (const char* dir : {"/usr/include", "/usr/local/include", "/usr/lib/gcc", "/usr/lib64/gcc"}) roots.push_back(dir);
+  for (auto& toolkit : cuda_toolkit_roots()) {
+    roots.push_back(toolkit);
+    char real[PATH_MAX];  // NVRTC's headers are found through the library's real folder
+    if (::realpath(toolkit.c_str(), real)) roots.push_back(real);
+  }
+  // The search paths the driver takes from the environment (their values are in the input key).
+  for (const char* var : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"}) {
+    std::string_view list = std::getenv(var) ? std::getenv(var) : "";
+    for (size_t at = 0; at <= list.size();) {
+      size_t colon = std::min(list.find(':', at), list.size());
+      if (colon > at) roots.emplace_back(list.substr(at, colon - at));
+      at = colon + 1;
+    }
+  }
+  std::vector<std::string> out;
+  for (auto& r : roots)
+    if (!r.empty()) out.push_back(absolute_path(r));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Status check_manifest_headers(const std::vector<ManifestEntry>& manifest, const OpSpec& spec) {
+  std::vector<std::string> roots = header_roots(spec);
+  for (auto& e : manifest) {
+    auto refuse = [&](const std::string& why) { return Status(StatusCode::kDataLoss, "the manifest's header '" + e.label + "' " + why); };
+    std::string_view label = e.label;
+    bool relative = false;
+    for (std::string_view prefix : {"spec:", "kiln:", "kiln-cuda:", "kiln-hip:"})
+      if (label.substr(0, prefix.size()) == prefix) {
+        label.remove_prefix(prefix.size());
+        relative = true;
+        break;
+      }
+    if (!plain_path(label, !relative)) return refuse("is not a plain path (empty, . or .. parts, or not where its kind says)");
+    std::string path = path_for(e.label, spec);
+    if (std::none_of(roots.begin(), roots.end(), [&](const std::string& root) { return path_is_within(path, root); }))
+      return refuse("is outside the folders a compile of " + spec.name + " reads headers from");
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0) continue;  // not here: rehash_manifest says it is gone (a miss)
+    if (!S_ISREG(st.st_mode)) return refuse("is not a regular file");
+    if (st.st_size > k_max_header_bytes)
+      return refuse("is " + std::to_string(st.st_size) + " bytes, more than a header may be (" + std::to_string(k_max_header_bytes) + ")");
+  }
+  return {};
+}
+
 const std::vector<std::string>& environment_in_key() {
   // Read by Clang's driver (include search, option overrides, tool lookup) or by kiln's
   // own compile setup. KILN_CPU_LEVEL is not here: it changes the target, which is.
@@ -379,6 +480,8 @@ std::string encode_manifest(const std::vector<ManifestEntry>& entries) {
 }
 
 Result<std::vector<ManifestEntry>> decode_manifest(std::string_view text) {
+  if (text.size() > k_max_manifest_bytes)
+    return Status(StatusCode::kDataLoss, "a manifest of " + std::to_string(text.size()) + " bytes (at most " + std::to_string(k_max_manifest_bytes) + ")");
   std::vector<ManifestEntry> out;
   size_t line_no = 0;
   while (!text.empty()) {
@@ -390,6 +493,7 @@ Result<std::vector<ManifestEntry>> decode_manifest(std::string_view text) {
     size_t tab = line.rfind('\t');
     if (tab == std::string_view::npos || tab == 0)
       return Status(StatusCode::kDataLoss, "manifest line " + std::to_string(line_no) + " has no label and hash");
+    if (tab > k_max_label_bytes) return Status(StatusCode::kDataLoss, "manifest line " + std::to_string(line_no) + " has a label past PATH_MAX");
     auto hash = Hash128::from_hex(line.substr(tab + 1));
     if (!hash) return Status(StatusCode::kDataLoss, "manifest line " + std::to_string(line_no) + " has a bad hash");
     out.push_back({std::string(line.substr(0, tab)), *hash});

@@ -90,8 +90,24 @@ struct ManifestEntry {
 std::string label_for(const std::string& abs_path, const OpSpec& spec);
 std::string path_for(const std::string& label, const OpSpec& spec);
 std::string encode_manifest(const std::vector<ManifestEntry>& entries);
-// Malformed text is kDataLoss (the store handed back something that is not a manifest).
+// Malformed text is kDataLoss (the store handed back something that is not a manifest), and so
+// is text past the bounds checked before anything is decoded (16 MiB; a label past PATH_MAX).
 Result<std::vector<ManifestEntry>> decode_manifest(std::string_view text);
+
+// The folders a compile of `spec` may read headers from: the spec's folder, its sources' folders,
+// its include folders (include_dirs, and -I, -isystem, -iquote, -idirafter among its flags and a
+// library's CUDA flags), kiln's device headers, the compiler's own (Clang's resource folder,
+// /usr/include, /usr/local/include, GCC's under /usr/lib/gcc and /usr/lib64/gcc), the CUDA
+// toolkit's (cuda_toolkit_roots(), also with symlinks resolved), and those CPATH,
+// C_INCLUDE_PATH and CPLUS_INCLUDE_PATH list. Absolute, normalised, sorted.
+std::vector<std::string> header_roots(const OpSpec& spec);
+// A manifest from elsewhere (a remote tier), checked before any header it names is read: each
+// label a plain path of its kind (no empty, "." or ".." part), inside header_roots(spec), and,
+// where it exists, a regular file of at most 64 MiB (never /dev/zero, a FIFO or a folder).
+// kDataLoss naming the label and why. A header that is not here passes: rehash_manifest then
+// says it is gone (a miss). A stat per header: the hit path's own manifests (written by this
+// store's compiles) are not checked again.
+Status check_manifest_headers(const std::vector<ManifestEntry>& manifest, const OpSpec& spec);
 
 // Hashes the current content of each header the manifest names; nullopt when one is gone.
 std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<ManifestEntry>& manifest, const OpSpec& spec);

@@ -54,7 +54,10 @@ cache::RemoteTiers* Ops::remote() {
 }
 
 bool Ops::remote_lookup(const OpSpec& spec, const KeyParts& input, BuildOutcome& out, cache::RemoteTiers& remote) {
-  std::optional<RemoteArtifact> got = fetch_through_manifest(remote, *m_store, input, spec);
+  // Of the kind this target's compile makes (or a cached failure) and for this target: a cubin
+  // under a CPU op's key is refused before it is kept (out.target is the request's, set before
+  // any lookup).
+  std::optional<RemoteArtifact> got = fetch_through_manifest(remote, *m_store, input, spec, expected_op_artifact(out.target));
   take_remote_counters();
   if (!got) return false;
   out.key = got->artifact.record.key;

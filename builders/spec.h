@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "support/status.h"
@@ -151,6 +152,13 @@ struct OpSpec {
 
   const EntryPoint* find_entry(const std::string& name) const;
 };
+
+// Empty when `flag` is one of the options a spec's `flags` may give its C++ compile (code
+// generation and diagnostics, from the lists in spec_parser.cpp); otherwise why it is refused. An
+// option that writes or reads a file (-Wp,-MD,PATH, -o, -include, @FILE, -fprofile-use=...) or
+// hands options to another tool is never one. -m options are checked further by the parser
+// (cpu_level_for_flag).
+std::string refused_spec_flag(std::string_view flag);
 
 // Parses and validates a spec; source files must exist and stay inside the spec's folder.
 Result<OpSpec> parse_spec_file(const std::string& path);

@@ -80,6 +80,98 @@ uint32_t scalar_size(ScalarType t) {
 
 namespace {
 
+// ---- The options a spec's flags may give its C++ compile: code generation and diagnostics, from
+// explicit lists, as ccache's argument processing keeps one table of what each option means.
+// kiln decides the target, the language, the outputs and what the compiler reads, so an option
+// outside these lists is a spec error naming it. Among those refused: every option that writes or
+// reads a file (-o, -MD, -MF, -Wp,-MD,PATH, -include, @FILE, --sysroot, -B, -specs, -fplugin,
+// -fprofile-use=, -fprofile-generate, -save-temps, -gsplit-dwarf, -ftime-trace, -fstack-usage),
+// every one that hands text to another tool (-Wp, -Wl, -Wa, -Xclang, -Xlinker, -mllvm), and those
+// that set the target (-march, -mcpu, -mtune, -target). -m options are target.cpp's list (the
+// x86-64 levels' instruction sets and code-generation-only -m options).
+
+// Whole options.
+constexpr std::string_view k_exact_flags[] = {
+    "-O", "-O0", "-O1", "-O2", "-O3", "-Os", "-Oz", "-Og", "-Ofast",                         // optimisation
+    "-g", "-g0", "-g1", "-g2", "-g3", "-ggdb", "-ggdb0", "-ggdb1", "-ggdb2", "-ggdb3",         // debug info
+    "-gline-tables-only", "-gline-directives-only", "-gdwarf", "-gdwarf-4", "-gdwarf-5",      //
+    "-gcolumn-info", "-gno-column-info", "-w", "-pedantic", "-pedantic-errors"};              // diagnostics
+// -f options, each also as -fno-NAME; those ending in '=' take a value (letters, digits, _ . , + -).
+constexpr std::string_view k_f_options[] = {
+    // floating point
+    "fast-math", "finite-math-only", "math-errno", "signed-zeros", "trapping-math", "associative-math", "reciprocal-math",
+    "honor-infinities", "honor-nans", "approx-func", "unsafe-math-optimizations", "rounding-math", "fp-contract=",
+    "fp-model=", "fp-eval-method=", "fp-exception-behavior=", "denormal-fp-math=", "denormal-fp-math-f32=",
+    "excess-precision=", "complex-arithmetic=", "cx-limited-range", "cx-fortran-rules", "strict-float-cast-overflow",
+    // loops, inlining, aliasing
+    "unroll-loops", "vectorize", "slp-vectorize", "tree-vectorize", "tree-slp-vectorize", "openmp-simd", "inline-functions",
+    "inline-hint-functions", "inline", "builtin", "jump-tables", "strict-aliasing", "strict-overflow", "wrapv", "trapv",
+    "finite-loops", "optimize-sibling-calls", "omit-frame-pointer", "merge-all-constants", "delete-null-pointer-checks",
+    "strict-enums", "strict-vtable-pointers", "assume-sane-operator-new",
+    // sections, linkage, code model
+    "function-sections", "data-sections", "unique-section-names", "PIC", "pic", "PIE", "pie", "plt", "semantic-interposition",
+    "common", "visibility=", "visibility-inlines-hidden", "exceptions", "cxx-exceptions", "rtti", "asynchronous-unwind-tables",
+    "unwind-tables", "stack-protector", "stack-protector-strong", "stack-protector-all", "stack-clash-protection",
+    "zero-call-used-regs=", "cf-protection", "cf-protection=", "threadsafe-statics", "use-cxa-atexit", "elide-constructors",
+    "sized-deallocation", "aligned-allocation", "char8_t", "signed-char", "unsigned-char", "short-enums",
+    "lax-vector-conversions=",
+    // compiler limits and diagnostics
+    "constexpr-steps=", "constexpr-depth=", "template-depth=", "bracket-depth=", "color-diagnostics", "diagnostics-color",
+    "diagnostics-color=", "diagnostics-show-option", "show-column", "caret-diagnostics", "macro-backtrace-limit=",
+    "template-backtrace-limit=", "error-limit=", "max-errors="};
+
+// Letters, digits and `extra`: a value that cannot be a path (no '/', no '@').
+bool plain_chars(std::string_view s, std::string_view extra) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && extra.find(c) == std::string_view::npos) return false;
+  return true;
+}
+
+}  // namespace
+
+std::string refused_spec_flag(std::string_view flag) {
+  const std::string generic =
+      "flags may tune code generation only: -O*, -g*, -W<warning>, and the -f and -m options kiln lists "
+      "(builders/spec_parser.cpp); kiln sets the target, language and outputs itself";
+  for (std::string_view pass : {"-Wp,", "-Wl,", "-Wa,", "-Xclang", "-Xlinker", "-Xassembler", "-Xpreprocessor", "-mllvm"})
+    if (flag.substr(0, pass.size()) == pass)
+      return "it hands options to another tool (the preprocessor, linker or assembler, which can write files: -Wp,-MD,PATH), "
+             "and kiln runs those itself; " + generic;
+  for (std::string_view exact : k_exact_flags)
+    if (flag == exact) return {};
+  if (flag.substr(0, 2) == "-W") {
+    // A warning, -Wno-NAME, -Werror=NAME, -Wframe-larger-than=N: a name and perhaps a number.
+    std::string_view w = flag.substr(2);
+    size_t eq = w.find('=');
+    if (plain_chars(w.substr(0, eq), "_+-") && (eq == std::string_view::npos || plain_chars(w.substr(eq + 1), "_+-")))
+      return {};
+    return generic;
+  }
+  if (flag.substr(0, 2) == "-f") {
+    std::string_view f = flag.substr(2);
+    bool negated = f.substr(0, 3) == "no-";
+    if (negated) f.remove_prefix(3);
+    size_t eq = f.find('=');
+    std::string_view name = eq == std::string_view::npos ? f : f.substr(0, eq + 1);
+    for (std::string_view known : k_f_options) {
+      if (name != known) continue;
+      if (eq == std::string_view::npos) return {};
+      if (!negated && plain_chars(f.substr(eq + 1), "_.,+-")) return {};
+    }
+    return generic;
+  }
+  if (flag.substr(0, 2) == "-m" && flag.size() > 2) {
+    for (std::string_view target : {"-march", "-mcpu", "-mtune"})
+      if (flag.substr(0, target.size()) == target) return generic;
+    // Which -m options (builders/target.cpp's cpu_level_for_flag says, with its own message).
+    if (plain_chars(flag.substr(2), "_.,=+-")) return {};
+  }
+  return generic;
+}
+
+namespace {
+
 std::optional<ScalarType> scalar_from_name(std::string_view n) {
   static const std::map<std::string_view, ScalarType> k_names = {
       {"bool", ScalarType::kBool},       {"int8_t", ScalarType::kInt8},     {"uint8_t", ScalarType::kUInt8},
@@ -191,16 +283,6 @@ class SpecParser {
   }
 
   Status check_flag(const std::string& flag, const toml::node& where) const {
-    // kiln decides outputs, language and target; a spec may tune code generation only.
-    static const char* k_denied[] = {"-march", "-mcpu", "-mtune", "-target", "--target", "-mllvm"};
-    bool allowed = flag.size() > 2 && (flag.rfind("-O", 0) == 0 || flag.rfind("-f", 0) == 0 ||
-                                       flag.rfind("-W", 0) == 0 || flag.rfind("-m", 0) == 0 || flag.rfind("-g", 0) == 0);
-    for (auto* d : k_denied) allowed = allowed && flag.rfind(d, 0) != 0;
-    if (flag.rfind("-fplugin", 0) == 0 || flag.rfind("-fpass-plugin", 0) == 0) allowed = false;
-    if (!allowed)
-      return spec_error(pos_of(where), "flag '" + flag +
-                                           "' is not allowed: flags may tune code generation (-O*, -f*, -W*, -m*, -g*); "
-                                           "kiln sets the target, language and outputs itself");
     // OpenMP threads inside a kernel would compete with the worker pool that already runs the
     // launch's blocks on every core (and need a runtime kiln does not link). SIMD pragmas are fine.
     if (flag == "-fopenmp" || (flag.rfind("-fopenmp", 0) == 0 && flag.rfind("-fopenmp-simd", 0) != 0))
@@ -208,6 +290,9 @@ class SpecParser {
                                            "' is not allowed: kiln's CPU backend already runs a launch's blocks on all "
                                            "cores, and OpenMP threads inside a kernel would fight its workers for them; "
                                            "use -fopenmp-simd for '#pragma omp simd', and more blocks for parallelism");
+    // kiln decides outputs, language and target; a spec may tune code generation only.
+    if (std::string why = refused_spec_flag(flag); !why.empty())
+      return spec_error(pos_of(where), "flag '" + flag + "' is not allowed: " + why);
     // An instruction set flag raises the cpu level the artifact needs; one outside the levels
     // is refused (builders/target.h).
     if (auto level = cpu_level_for_flag(flag); !level.ok()) return spec_error(pos_of(where), level.status().message());

@@ -2,6 +2,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -21,33 +22,116 @@ constexpr uint32_t k_content_zstd = 1, k_metadata_zstd = 2;
 // 73 us and level 19 2.17x in 97 us. Decoding is on every hit; the extra 15% of space is not
 // worth doubling it.
 constexpr int k_zstd_level = -1;
-// Refuse sizes beyond these: a flipped size field must not allocate gigabytes.
+
+// ---- Bounds on what a blob's sizes may say, checked before anything is allocated: a blob comes
+// from a remote tier or a bundle as well as from this store, and a 99-byte blob whose header and
+// zstd frame declared 4 GiB once cost 4 GiB (issue 44).
+//
+// The largest raw section: a flipped size field must not allocate gigabytes. The largest
+// artifacts kiln keeps are precompiled headers (torch/extension.h's: 173 MB) and host libraries
+// (libkiln.so itself, were it an artifact: 70 MB).
 constexpr uint64_t k_max_raw_size = uint64_t{4} << 30;
+// Raw bytes per stored byte of a compressed section. zstd's format allows ~28,000:1 (10 MB of
+// zeros in 359 bytes at level -1) and more with crafted frames; artifacts are far below this:
+// libkiln.so 2.4:1, libLLVM 2.7:1, and text (Triton's IR, diagnostics) ~10:1 (zstd --fast=1, this
+// machine, 2026-12). So what a section costs in memory is at most 256 times the bytes its sender
+// delivered, and below k_max_raw_size. Content denser than this (a run of zeros) is padded to
+// it by the encoder with a skippable frame (compress()), so no blob kiln writes is refused.
+constexpr uint64_t k_max_zstd_ratio = 256;
+// A compressed section is decoded into memory that grows with what the frame really produces,
+// never past its declared size: a first step of what its stored size holds at 16:1 (above every
+// ratio measured for artifacts, so they decode in one step, straight from the frame: zstd's
+// single-pass shortcut, as fast as before), at least 8 MiB; then doubling. A frame that declares
+// more must produce it before it gets more memory.
+constexpr uint64_t k_first_step_ratio = 16;
+constexpr uint64_t k_first_output_bytes = uint64_t{8} << 20;
+// The largest window a frame may ask of the decoder (2^23 = 8 MiB): level -1 uses 2^19 at most
+// (a single-segment frame: its content size, at most 2^19 too); zstd's own default allows 2^27.
+constexpr int k_max_window_log = 23;
+// A zstd skippable frame (RFC 8878, 3.1.2): magic 0x184D2A50-5F, 4-byte size, that many bytes.
+constexpr uint32_t k_skippable_magic = 0x184D2A50;
+constexpr size_t k_skippable_header = 8;
 
-}  // namespace
+// The smallest stored size a section of `raw` bytes may have.
+uint64_t min_stored_size(uint64_t raw) { return (raw + k_max_zstd_ratio - 1) / k_max_zstd_ratio; }
 
-// zstd of `in` when smaller, else nothing.
+// True for what may follow a section's zstd frame: nothing, or one skippable frame (padding).
+bool is_padding(std::string_view rest) {
+  if (rest.empty()) return true;
+  if (rest.size() < k_skippable_header) return false;
+  return get_le(rest, 0, 4) == k_skippable_magic && get_le(rest, 4, 4) == rest.size() - k_skippable_header;
+}
+
+Status damaged(const std::string& what) { return Status(StatusCode::kDataLoss, "damaged blob: " + what); }
+
+// zstd of `in` when smaller, else nothing. Padded to at least min_stored_size(in.size()).
 std::optional<std::string> compress(std::string_view in) {
   // Contexts are reused per thread: creating one costs more than decoding a small blob.
   thread_local std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> ctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
   std::string out(ZSTD_compressBound(in.size()), '\0');
   size_t n = ZSTD_compressCCtx(ctx.get(), out.data(), out.size(), in.data(), in.size(), k_zstd_level);
-  if (ZSTD_isError(n) || n > in.size() / 4 * 3) return std::nullopt;
+  if (ZSTD_isError(n)) return std::nullopt;
   out.resize(n);
+  if (uint64_t floor = min_stored_size(in.size()); n < floor) {
+    size_t pad = std::max<size_t>(floor - n, k_skippable_header) - k_skippable_header;
+    put_le(out, k_skippable_magic, 4);
+    put_le(out, pad, 4);
+    out.append(pad, '\0');
+  }
+  if (out.size() > in.size() / 4 * 3) return std::nullopt;
   return out;
 }
 
-// Decompresses a zstd frame whose size must be `expected` (checked before allocating).
-Result<std::string> decompress(std::string_view frame, uint64_t expected, const char* what) {
-  unsigned long long size = ZSTD_getFrameContentSize(frame.data(), frame.size());
-  if (size != expected) return Status(StatusCode::kDataLoss, std::string("damaged blob: ") + what + " frame size does not match the header");
-  thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-  std::string out(expected, '\0');
-  size_t n = ZSTD_decompressDCtx(ctx.get(), out.data(), out.size(), frame.data(), frame.size());
-  if (ZSTD_isError(n) || n != expected)
-    return Status(StatusCode::kDataLoss, std::string("damaged blob: ") + what + ": " + (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short"));
+// Decompresses a section whose raw size the header says is `expected`: the sizes are checked
+// (against k_max_raw_size, the section's stored size times k_max_zstd_ratio, and the frame's own
+// header) before anything is allocated, and the output grows only as the frame produces it,
+// never past `expected`.
+Result<std::string> decompress(std::string_view section, uint64_t expected, const char* what) {
+  const std::string name = std::string(what);
+  if (expected > k_max_raw_size) return damaged(name + " of " + std::to_string(expected) + " bytes is implausible");
+  if (expected > section.size() * k_max_zstd_ratio)
+    return damaged(name + " would be " + std::to_string(expected) + " bytes from " + std::to_string(section.size()) +
+                   ", more than " + std::to_string(k_max_zstd_ratio) + " times its stored size");
+  size_t frame_size = ZSTD_findFrameCompressedSize(section.data(), section.size());
+  if (ZSTD_isError(frame_size) || frame_size > section.size()) return damaged(name + " is not a whole zstd frame");
+  if (!is_padding(section.substr(frame_size))) return damaged(name + " has bytes after its zstd frame");
+  std::string_view frame = section.substr(0, frame_size);
+  if (ZSTD_getFrameContentSize(frame.data(), frame.size()) != expected)
+    return damaged(name + " frame size does not match the header");
+
+  // Reused per thread; reset (parameters kept) before each frame.
+  thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(
+      [] {
+        ZSTD_DCtx* c = ZSTD_createDCtx();
+        if (c) ZSTD_DCtx_setParameter(c, ZSTD_d_windowLogMax, k_max_window_log);
+        return c;
+      }(),
+      ZSTD_freeDCtx);
+  if (!ctx) return Status(StatusCode::kInternal, "cannot make a zstd decoder");
+  ZSTD_DCtx_reset(ctx.get(), ZSTD_reset_session_only);
+  std::string out;
+  out.resize(std::min(expected, std::max(k_first_output_bytes, section.size() * k_first_step_ratio)));
+  ZSTD_inBuffer in{frame.data(), frame.size(), 0};
+  ZSTD_outBuffer to{out.data(), out.size(), 0};
+  for (;;) {
+    size_t in_before = in.pos, out_before = to.pos;
+    size_t left = ZSTD_decompressStream(ctx.get(), &to, &in);
+    if (ZSTD_isError(left)) return damaged(name + ": " + ZSTD_getErrorName(left));
+    if (left == 0) break;  // the frame is done
+    if (to.pos == to.size && to.size < expected) {
+      out.resize(std::min<uint64_t>(expected, uint64_t{to.size} * 2));
+      to.dst = out.data();
+      to.size = out.size();
+    } else if (in.pos == in_before && to.pos == out_before) {
+      // Stuck: more output than the header declared, or the frame ends early.
+      return damaged(name + (to.pos == expected ? " is longer than its header says" : " is cut short"));
+    }
+  }
+  if (to.pos != expected) return damaged(name + " is " + std::to_string(to.pos) + " bytes, its header says " + std::to_string(expected));
   return out;
 }
+
+}  // namespace
 
 EncodedBlob encode_blob(std::string_view content, std::string_view metadata, Compression compression) {
   EncodedBlob blob;
@@ -83,8 +167,6 @@ struct Sections {
   std::string_view payload;
   std::string metadata;
 };
-
-Status damaged(const std::string& what) { return Status(StatusCode::kDataLoss, "damaged blob: " + what); }
 
 Result<Sections> read_sections(std::string_view file, bool with_metadata) {
   if (file.size() < k_blob_header_size)

@@ -1,6 +1,10 @@
 // The format of one blob file: a fixed header, the artifact's metadata, then its content,
 // each zstd-compressed (fast level) when that saves at least a quarter: for smaller
 // savings decoding costs more time than the bytes are worth. Every read checks sizes and both hashes.
+// A compressed section is one zstd frame, then, for content that compresses past 256:1 (a run of
+// zeros), a zstd skippable frame that pads it to 1/256 of its raw size: a reader refuses a denser
+// section before allocating anything (a small blob must not decode to gigabytes; blob.cpp has the
+// bounds), and zstd readers skip the padding.
 // The metadata makes a blob self-describing, so a lost or corrupt index can be rebuilt
 // from the blobs alone (Store::rebuild_index).
 //
@@ -51,7 +55,9 @@ struct DecodedBlob {
 };
 
 // The content and metadata, or kDataLoss naming what is wrong (truncated, bad magic, size
-// or hash mismatch, undecodable payload). Never trusts a size field before checking it.
+// or hash mismatch, undecodable payload, a section past the bounds). Never trusts a size field
+// before checking it: a declared size is checked against the bounds and the bytes at hand before
+// anything is allocated, and a compressed section's output grows only as its frame produces it.
 // `with_metadata` false skips decoding and checking the metadata (the hit path reads its
 // fields from the index; verify and rebuild_index check it).
 Result<DecodedBlob> decode_blob(std::string_view file, bool with_metadata = true);

@@ -22,6 +22,19 @@ namespace {
 
 constexpr std::string_view k_magic = "kiln-files 1\n";
 
+// ---- Bounds on a group read from bytes (a blob from a remote tier, a bundle or this store),
+// checked before anything is sized from them.
+// The fewest bytes one file takes: a one-byte name and empty content, "1\nA0\n".
+constexpr size_t k_min_file_bytes = 5;
+// The most files a group holds: one kernel's outputs (a Triton kernel: 8) or one compiled entry's;
+// 65,536 is thousands of times what any kiln writes.
+constexpr size_t k_max_files = 65536;
+// The longest name (check_file_names holds names to it too).
+constexpr size_t k_max_name_bytes = 255;
+
+// `count` items, each at least `each` bytes, fit in `left` bytes and are at most `cap`.
+bool count_fits(size_t count, size_t left, size_t each, size_t cap) { return count <= cap && count <= left / each; }
+
 std::string unique_suffix() {
   static std::atomic<unsigned> counter{0};
   return std::to_string(::getpid()) + "." + std::to_string(counter++);
@@ -144,9 +157,11 @@ Status write_new_file(const std::string& path, std::string_view bytes) {
 }  // namespace
 
 Status check_file_names(const FileViews& files) {
+  if (files.size() > k_max_files)
+    return invalid_argument("a group of " + std::to_string(files.size()) + " files: at most " + std::to_string(k_max_files));
   std::set<std::string_view> seen;
   for (auto& [name, _] : files) {
-    if (name.empty() || name == "." || name == ".." || name.size() > 255 || name.find('/') != std::string_view::npos ||
+    if (name.empty() || name == "." || name == ".." || name.size() > k_max_name_bytes || name.find('/') != std::string_view::npos ||
         name.find('\0') != std::string_view::npos)
       return invalid_argument("'" + std::string(name) + "' is not a plain file name (not empty, at most 255 bytes, no '/', not . or ..)");
     if (name.substr(0, 6) == ".kiln-")
@@ -179,12 +194,26 @@ std::string encode_file_group(const FileViews& files) {
 
 Result<FileViews> decode_file_group(std::string_view bytes) {
   if (bytes.substr(0, k_magic.size()) != k_magic) return Status(StatusCode::kDataLoss, "not a group of files (no kiln-files header)");
-  FieldReader in(bytes.substr(k_magic.size()));
+  std::string_view rest = bytes.substr(k_magic.size());
+  FieldReader in(rest);
   size_t count = 0;
-  if (!in.count(count) || count > bytes.size()) return Status(StatusCode::kDataLoss, "a group of files with a bad count");
-  FileViews files(count);
-  for (auto& [name, content] : files)
-    if (!in.field_view(name) || !in.field_view(content)) return Status(StatusCode::kDataLoss, "a group of files cut short");
+  if (!in.count(count)) return Status(StatusCode::kDataLoss, "a group of files with a bad count");
+  // Bounded by the bytes there are before the list is sized: each file takes k_min_file_bytes.
+  if (!count_fits(count, rest.size(), k_min_file_bytes, k_max_files))
+    return Status(StatusCode::kDataLoss, "a group of files says it has " + std::to_string(count) + " files in " +
+                                             std::to_string(rest.size()) + " bytes (at most " + std::to_string(k_max_files) + ")");
+  FileViews files;
+  files.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    std::string_view name, content;
+    // Each length is checked against what is left (FieldReader: a view, nothing copied), a
+    // name's against its cap too.
+    if (!in.field_view(name) || !in.field_view(content))
+      return Status(StatusCode::kDataLoss, "a group of files cut short (file " + std::to_string(i + 1) + " of " + std::to_string(count) + ")");
+    if (name.size() > k_max_name_bytes)
+      return Status(StatusCode::kDataLoss, "a group of files with a name of " + std::to_string(name.size()) + " bytes");
+    files.emplace_back(name, content);
+  }
   if (!in.done()) return Status(StatusCode::kDataLoss, "a group of files with bytes after its last file");
   if (Status names = check_file_names(files); !names.ok()) return Status(StatusCode::kDataLoss, names.message());
   return files;
@@ -217,13 +246,16 @@ std::optional<Stamp> parse_stamp(std::string_view text) {
     return true;
   };
   Stamp stamp;
-  if (!in.count(wall_us) || !in.count(cpu_us) || !in.count(count) || count > text.size() || !identity(stamp.blob)) return std::nullopt;
+  if (!in.count(wall_us) || !in.count(cpu_us) || !in.count(count) || !identity(stamp.blob)) return std::nullopt;
+  // Each file's entry is its name and its identity, each a length-prefixed field.
+  if (!count_fits(count, text.size(), 2 * 2 + sizeof(FileIdentity), k_max_files)) return std::nullopt;
   stamp.cost = {static_cast<int64_t>(wall_us), static_cast<int64_t>(cpu_us)};
-  stamp.files.resize(count);
-  for (auto& [file, id] : stamp.files) {
+  stamp.files.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    FileIdentity id;
     // A forged or torn stamp must not name a file outside the folder.
     if (!in.field_view(name) || !identity(id) || !check_file_names({{name, {}}}).ok()) return std::nullopt;
-    file.assign(name);
+    stamp.files.emplace_back(std::string(name), id);
   }
   if (!in.done()) return std::nullopt;
   return stamp;

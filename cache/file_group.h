@@ -3,7 +3,8 @@
 //
 // The artifact's bytes: "kiln-files 1\n", the file count, then each file's name and content as
 // length-prefixed fields (support/length_prefixed.h). Names are plain file names: not empty, at
-// most 255 bytes, no '/' or NUL, not "." or "..", each once.
+// most 255 bytes, no '/' or NUL, not "." or "..", each once; at most 65,536 files. A reader
+// bounds the count by the bytes there are before it sizes anything (file_group.cpp).
 //
 // Materialized, the files live in <cache>/files/<xx>/<key hex>/, a folder put in place whole:
 // written under a temporary name and renamed. A folder that is there already is compared with
@@ -30,7 +31,8 @@ using NamedFiles = std::vector<std::pair<std::string, std::string>>;  // (name, 
 // The same as views into an artifact's bytes (a mapped blob: a hit copies nothing).
 using FileViews = std::vector<std::pair<std::string_view, std::string_view>>;
 
-// Ok, or kInvalidArgument saying which name is not a plain file name (or appears twice).
+// Ok, or kInvalidArgument saying which name is not a plain file name (or appears twice), or that
+// there are more files than a group may hold.
 Status check_file_names(const FileViews& files);
 FileViews views_of(const NamedFiles& files);
 std::string encode_file_group(const FileViews& files);

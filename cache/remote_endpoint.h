@@ -20,11 +20,19 @@ struct EndpointUrl {
   int port = 0;
   std::string path;  // http, s3: the folder (prefix) objects go under, with a trailing '/'; redis: unused
   int db = 0;        // redis: the database number
-  std::string text;  // as written, for messages and statistics
+  // redis: the ACL user (Redis 6+) to AUTH as, and a password written in the URL ("" = the
+  // tier's |password-file=, or none).
+  std::string username;
+  std::string password;
+  // As written, less any credentials: the endpoint's label in messages and statistics, and
+  // what rendezvous hashing ranks it by, so a reader's URL and a publisher's name one endpoint.
+  std::string text;
 };
 
-// "redis://host[:port][/db]", "http[s]://host[:port][/path]". Credentials in the URL are
-// refused (a URL shows up in process lists and logs): they come from files (remote.h).
+// "redis://[user[:password]@]host[:port][/db]", "http[s]://host[:port][/path]". A Redis ACL
+// user may be named in the URL; its password is better kept in |password-file= (a URL shows up
+// in process lists and logs), but is taken inline too. Credentials in an http(s) URL are
+// refused: they come from files (remote.h).
 // "rediss://" is refused with the reason: Debian 12's hiredis (0.14) has no TLS.
 // "s3://bucket[/prefix]": the server and region come from the tier's attributes (S3Options).
 Result<EndpointUrl> parse_endpoint_url(std::string_view text);
@@ -37,7 +45,7 @@ struct EndpointOptions {
   std::string prefix = "kiln:";
   std::string layout = "flat";
   std::string authorization;  // http: the Authorization header's value ("Bearer ...")
-  std::string password;       // redis: AUTH
+  std::string password;       // redis: AUTH (as EndpointUrl::username when it names one)
   // https: the CA bundle to trust instead of the system's (a PEM file), and the client
   // certificate (a PEM file) with its private key (PEM, already read from its owner-only file).
   std::string ca_file;
@@ -61,9 +69,15 @@ class RemoteEndpoint {
   const std::string& label() const { return m_url.text; }
   const EndpointUrl& url() const { return m_url; }
 
-  // The object's bytes, or nullopt when the server does not have it. A server that refuses
-  // the credentials for this call (Redis NOPERM, HTTP 401/403) answers kPermissionDenied, so a
-  // reader's refused write is told apart from a server that is down.
+  // The object's bytes, or nullopt when the server does not have it. An answer larger than
+  // EndpointOptions::max_object_bytes is refused (kUnavailable) before it is kept.
+  //
+  // Refusals. A write or a lease call that the server refuses for these credentials (Redis
+  // -NOPERM, -WRONGPASS or -NOAUTH; HTTP 401 or 403 to a PUT) answers kPermissionDenied, naming
+  // the endpoint, the user and the call: a reader's credentials, told apart from a server that
+  // is down (remote.h: the tier turns read-only for the process, reads go on). A read or a ping
+  // refused so answers kUnavailable: a node that cannot read is misconfigured, and its endpoint
+  // is skipped and said like any failing one.
   virtual Result<std::optional<std::string>> get(const std::string& name) = 0;
   virtual Status put(const std::string& name, std::string_view bytes) = 0;
   // One round trip that shows the server answers (Redis PING, HTTP HEAD of the folder).
@@ -78,6 +92,8 @@ class RemoteEndpoint {
   virtual Result<bool> renew_lease(const std::string& name, const std::string& holder, std::chrono::milliseconds ttl);
   // Released by its holder: waiters that watch the lease are woken (remote.h, wait_for_holder).
   virtual Status release_lease(const std::string& name, const std::string& holder);
+  // Whether someone holds the lease now, asked without writing (a reader holds none).
+  virtual Result<bool> lease_held(const std::string& name);
 
   // A wake-up channel for the waiters of one lease, so that a thousand nodes waiting on one
   // compile cost the server nothing while they wait (Redis: SUBSCRIBE on a connection of its

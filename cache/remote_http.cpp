@@ -36,8 +36,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The largest answer taken: a remote that sends more is misbehaving, not serving an artifact.
-constexpr size_t k_max_body_bytes = size_t{2} << 30;
+// An answer's body is first allocated at most this large (when its Content-Length says so), then
+// grows as its bytes arrive: an object of the default sizes (a chunk of 1 MiB, a whole artifact
+// up to remote.chunk_threshold's 4 MiB, in its envelope) is received in one allocation, and a
+// length that lies costs at most this much. The largest body taken is
+// EndpointOptions::max_object_bytes.
+constexpr size_t k_first_body_allocation = (size_t{4} << 20) + (64 << 10);
 // Redirects followed (a load balancer, a moved folder); more is a loop.
 constexpr long k_max_redirects = 5;
 // Tuning, from kiln_remote_bench BM_RemoteHit/<http|https>/bytes:1048576/signed:0 (p50 of
@@ -72,7 +76,9 @@ std::string s3_error_code(const std::string& body) {
 // What the callbacks of one request see.
 struct Transfer {
   std::string body;
+  size_t max_bytes = 0;  // EndpointOptions::max_object_bytes
   bool too_large = false;
+  bool out_of_memory = false;
   std::string_view upload;
   size_t sent = 0;
   Clock::time_point last_activity;
@@ -81,11 +87,16 @@ struct Transfer {
 size_t on_write(char* data, size_t size, size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
   size_t n = size * count;
-  if (t->body.size() + n > k_max_body_bytes) {
+  if (n > t->max_bytes - t->body.size()) {
     t->too_large = true;
     return 0;  // libcurl ends the transfer with CURLE_WRITE_ERROR
   }
-  t->body.append(data, n);
+  try {
+    t->body.append(data, n);
+  } catch (const std::bad_alloc&) {  // never through libcurl's C frames
+    t->out_of_memory = true;
+    return 0;
+  }
   t->last_activity = Clock::now();
   return n;
 }
@@ -99,12 +110,17 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   if (n > k_length.size() && strncasecmp(data, k_length.data(), k_length.size()) == 0) {
     unsigned long long length =
         std::strtoull(std::string(data + k_length.size(), n - k_length.size()).c_str(), nullptr, 10);
-    if (length > k_max_body_bytes) {
+    if (length > t->max_bytes) {
       t->too_large = true;
       return 0;
     }
     t->body.clear();  // a redirect's body, if any, is not the answer
-    t->body.reserve(static_cast<size_t>(length));
+    try {
+      t->body.reserve(static_cast<size_t>(std::min<unsigned long long>(length, k_first_body_allocation)));
+    } catch (const std::bad_alloc&) {
+      t->out_of_memory = true;
+      return 0;
+    }
   }
   return n;
 }
@@ -177,8 +193,8 @@ class HttpEndpoint final : public RemoteEndpoint {
   Status put(const std::string& name, std::string_view bytes) override {
     KILN_ASSIGN_OR_RETURN(Response r, send("PUT", name, bytes));
     if (r.status >= 200 && r.status < 300) return {};
-    // S3, written with If-None-Match: *: the object is there already (412), or another node's
-    // write of it is under way (409): the first writer wins, and it wrote the same bytes.
+    // S3: another node's write of the object is under way (409), or a server that still
+    // answers a conditional write (412): the object is being or was written; taken as done.
     if (m_s3 && (r.status == 412 || r.status == 409)) return {};
     return refused("PUT", name, r);
   }
@@ -225,13 +241,50 @@ class HttpEndpoint final : public RemoteEndpoint {
     }
   }
 
+  // Who the server was told this request comes from, for messages: " as user 'NAME'" (basic
+  // auth), " with the tier's token" (a bearer token), or "".
+  std::string as_user() const {
+    constexpr std::string_view k_basic = "Basic ";
+    const std::string& a = m_options.authorization;
+    if (a.rfind(k_basic, 0) == 0) {
+      std::string user_password = base64_decoded(std::string_view(a).substr(k_basic.size()));
+      return " as user '" + user_password.substr(0, user_password.find(':')) + "'";
+    }
+    return a.empty() ? "" : " with the tier's token";
+  }
+
+  static std::string base64_decoded(std::string_view text) {
+    std::string out;
+    uint32_t bits = 0;
+    int count = 0;
+    for (char ch : text) {
+      const char* at = std::strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", ch);
+      if (ch == '=' || ch == 0 || !at) break;
+      bits = (bits << 6) | static_cast<uint32_t>(at - "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/");
+      if ((count += 6) >= 8) {
+        count -= 8;
+        out += static_cast<char>((bits >> count) & 0xff);
+      }
+    }
+    return out;
+  }
+
   Status refused(const char* method, const std::string& name, const Response& r) const {
     if (m_s3) return refused_s3(method, name, r);
     long status = r.status;
     std::string hint;
-    if (status == 401 || status == 403)
-      hint = " (the server refused the credentials: check the tier's token-file or basic-auth-file" +
-             std::string(m_url.scheme == "https" ? ", and remote.cert_file if it asks for a client certificate)" : ")");
+    if (status == 401 || status == 403) {
+      // A write refused for these credentials is told apart from a server that is down (a
+      // reader's: remote_endpoint.h); a read refused is a failure like any other.
+      bool write = std::strcmp(method, "PUT") == 0;
+      hint = write ? " (these credentials may not write here: a reader's, or a token-file or basic-auth-file the server does "
+                     "not know; docs/SECURITY.md, 'Server roles')"
+                   : " (the server refused the credentials: check the tier's token-file or basic-auth-file" +
+                         std::string(m_url.scheme == "https" ? ", and remote.cert_file if it asks for a client certificate)" : ")");
+      return Status(write ? StatusCode::kPermissionDenied : StatusCode::kUnavailable,
+                    label() + ": the server refused " + method + " " + object_path(name) + as_user() + ": HTTP " +
+                        std::to_string(status) + hint);
+    }
     if (status == 400 && m_url.scheme == "https" && !m_options.has_client_certificate)
       hint = " (a server that asks for a client certificate answers 400 without one: set remote.cert_file and "
              "remote.key_file)";
@@ -246,10 +299,11 @@ class HttpEndpoint final : public RemoteEndpoint {
   }
 
   Status refused_s3(const char* method, const std::string& name, const Response& r) const {
-    std::string code = s3_error_code(r.body), hint, source;
+    std::string code = s3_error_code(r.body), hint, source, access_key;
     {
       std::lock_guard lock(m_mutex);
       source = m_signed_with;
+      access_key = m_signed_key;
     }
     std::string who = source.empty() ? "" : " (credentials from " + source + ")";
     if (code == "SignatureDoesNotMatch")
@@ -261,15 +315,24 @@ class HttpEndpoint final : public RemoteEndpoint {
     else if (code == "ExpiredToken" || code == "InvalidToken")
       hint = ": the session token has expired or is not valid" + who;
     else if (code == "AccessDenied" || r.status == 403)
-      hint = ": the credentials" + who + " may not " + method + " in s3://" + m_url.host + m_url.path;
+      hint = ": the credentials" + who + " may not " + method + " in s3://" + m_url.host + m_url.path +
+             (std::strcmp(method, "GET") == 0
+                  ? " (a policy without s3:ListBucket on the bucket answers 403, not 404, for an object that is not there: "
+                    "allow it to readers; docs/SECURITY.md, 'Server roles')"
+                  : std::strcmp(method, "PUT") == 0 ? " (a reader's: its policy allows no s3:PutObject)" : "");
     else if (code == "NoSuchBucket")
       hint = ": the bucket " + m_url.host + " does not exist at " + m_base + " (create it, or fix the tier's bucket or endpoint=)";
     else if (code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" || r.status == 301)
       hint = ": the bucket lives in another region than " + m_region + " (set |region= on the tier)";
     else if (r.status == 503 || r.status == 500 || r.status == 429)
       hint = ": still so after " + std::to_string(k_s3_tries) + " tries with backoff (the server is overloaded or rate limits this prefix)";
-    return unavailable(label() + ": " + method + " " + object_path(name) + " answered HTTP " + std::to_string(r.status) +
-                       (code.empty() ? "" : " " + code) + hint);
+    std::string what = std::string(method) + " " + object_path(name);
+    if ((r.status == 401 || r.status == 403) && std::strcmp(method, "PUT") == 0)
+      return permission_denied(label() + ": the server refused " + what +
+                               (access_key.empty() ? "" : " for access key " + access_key) + ": HTTP " +
+                               std::to_string(r.status) + (code.empty() ? "" : " " + code) + hint);
+    return unavailable(label() + ": " + what + " answered HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code) +
+                       hint);
   }
 
   // The proxy libcurl takes from the environment for this scheme, as "NAME=value", or "" (it
@@ -431,6 +494,7 @@ class HttpEndpoint final : public RemoteEndpoint {
     {
       std::lock_guard lock(m_mutex);
       m_signed_with = creds.source;
+      m_signed_key = creds.access_key;
     }
     CURL* e = c.easy;
     m_api->curl_easy_setopt(e, CURLOPT_AWS_SIGV4, m_sigv4.c_str());
@@ -444,8 +508,10 @@ class HttpEndpoint final : public RemoteEndpoint {
       c.headers = m_api->curl_slist_append(c.headers, ("x-amz-security-token: " + creds.session_token).c_str());
     if (std::strcmp(method, "PUT") == 0) {
       c.headers = m_api->curl_slist_append(c.headers, "Content-Type: application/octet-stream");
-      // First writer wins: an object is written once, never replaced under a reader.
-      c.headers = m_api->curl_slist_append(c.headers, "If-None-Match: *");
+      // The last writer wins, as on Redis and HTTP stores: an object that fails its checks
+      // (written first by someone without a trusted key) must not block its key, so the trusted
+      // publisher's write replaces it (docs/SECURITY.md). S3's PUT is atomic: a reader gets the
+      // old object or the new one, never a mix.
     }
     m_api->curl_easy_setopt(e, CURLOPT_HTTPHEADER, c.headers);
     return {};
@@ -496,6 +562,7 @@ class HttpEndpoint final : public RemoteEndpoint {
     }
     Transfer& t = c->transfer;
     t = Transfer{};
+    t.max_bytes = m_options.max_object_bytes;
     t.upload = body;
     c->error[0] = 0;
     // Silence is measured from the end of the connect budget (libcurl bounds the connect and
@@ -536,8 +603,10 @@ class HttpEndpoint final : public RemoteEndpoint {
     if (silent) {
       failure = "timed out: no answer for " + std::to_string(m_options.io_timeout.count()) + " ms";
     } else if (t.too_large) {
-      failure =
-          "an answer over " + std::to_string(k_max_body_bytes >> 30) + " GiB (the server is not serving kiln objects)";
+      failure = "an answer of more than " + std::to_string(m_options.max_object_bytes) +
+                " bytes, the most an object may hold (refused before it was kept)";
+    } else if (t.out_of_memory) {
+      failure = "out of memory after " + std::to_string(t.body.size()) + " bytes of the answer";
     } else if (result != CURLE_OK) {
       failure = explain(result, *c);
     } else {
@@ -565,6 +634,7 @@ class HttpEndpoint final : public RemoteEndpoint {
   std::string m_region, m_sigv4;
   std::unique_ptr<S3CredentialSource> m_credentials;
   std::string m_signed_with;  // where the last credentials came from, for messages
+  std::string m_signed_key;   // and their access key id (not a secret)
   std::string m_base;  // scheme://host:port
   mutable std::mutex m_mutex;
   const CurlApi* m_api = nullptr;  // set once by prepare()

@@ -9,6 +9,12 @@
 // without releasing (its lease then expires on the server), spacing its polls by the number
 // of watchers so that all of them together poll about lease_polls_per_second times a second.
 // Where the store cannot wake waiters (HTTP), they poll as before (20 ms growing to 0.5 s).
+//
+// A node that publishes nothing to a tier (a reader: keys trusted and none held, or a tier whose
+// server refused this node's writes, lease or object) never holds a lease there: the nodes that
+// waited on it would wait for a compile that is never published. It still waits for a holder
+// that can publish, watching and looking without writing (EXISTS), so a reader's ACL needs no
+// write to the lease keyspace; where no one holds the lease, it compiles at once.
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,7 +60,11 @@ RemoteTiers::LeaseResult RemoteTiers::take_lease_on(Tier& tier, const Hash128& i
   Endpoint* used = nullptr;
   auto taken = with_failover(tier, object_name(RemoteObject::kManifest, input_key),
                              [&](RemoteEndpoint& e) { return e.take_lease(name, holder, m_options.lease); }, &used);
-  if (!taken.ok()) return out;  // no answer: compile without waiting for anyone
+  if (!taken.ok()) {
+    // Refused (a reader's credentials): said once, and this node holds no more leases there.
+    if (taken.status().code() == StatusCode::kPermissionDenied) deny(tier, taken.status());
+    return out;  // no answer: compile without waiting for anyone
+  }
   if (!taken.value()) {
     out.state = LeaseState::kHeldElsewhere;
     return out;
@@ -80,6 +90,7 @@ RemoteTiers::LeaseResult RemoteTiers::take_lease_on(Tier& tier, const Hash128& i
 RemoteTiers::LeaseResult RemoteTiers::take_lease(const Hash128& input_key) {
   for (auto& tier : m_tiers) {
     if (tier->config.read_only || !tier->endpoints.front()->remote->has_leases()) continue;
+    if (tier->denied.load() || !m_options.trust.can_publish()) return {};  // a reader holds none
     return take_lease_on(*tier, input_key);
   }
   return {};
@@ -113,7 +124,13 @@ RemoteTiers::WaitResult RemoteTiers::wait_for_holder(const Hash128& input_key, s
       ++out.polls;
       if (!w.ok()) watch.reset();
     }
-    LeaseResult taken = take_lease_on(*tier, input_key);
+    LeaseResult taken;
+    if (!tier->denied.load() && m_options.trust.can_publish()) {
+      taken = take_lease_on(*tier, input_key);
+    } else {  // a reader: is someone who can publish compiling it?
+      auto held = with_failover(*tier, manifest, [&](RemoteEndpoint& e) { return e.lease_held(name); });
+      if (held.ok() && held.value()) taken.state = LeaseState::kHeldElsewhere;
+    }
     ++out.polls;
     if (taken.state == LeaseState::kTaken) {
       out.state = WaitState::kTaken;

@@ -26,7 +26,7 @@ int64_t ns_of(const struct timespec& t) { return int64_t{t.tv_sec} * 1'000'000'0
 
 FileStamp stamp_of(const struct stat& st) {
   return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-          ns_of(st.st_mtim), ns_of(st.st_ctim)};
+          ns_of(st.st_mtim), ns_of(st.st_ctim), S_ISREG(st.st_mode)};
 }
 
 bool storable(std::string_view s) { return s.find_first_of("\t\n") == std::string_view::npos; }
@@ -168,6 +168,10 @@ void FileMemo::reset_for_testing() {
 
 Result<Hash128> memo_file_hash(const std::string& path) {
   KILN_ASSIGN_OR_RETURN(FileStamp before, file_stamp(path));
+  if (!before.regular) return invalid_argument(path + " is not a regular file: not hashed as a header");
+  if (before.size > k_max_hashed_file)
+    return invalid_argument(path + " is " + std::to_string(before.size) + " bytes, over the " + std::to_string(k_max_hashed_file) +
+                            " a header may have");
   FileMemo& memo = FileMemo::instance();
   Hash128 stamp = before.digest();
   if (auto v = memo.get("hash", path, stamp)) {

@@ -27,6 +27,7 @@ namespace kiln {
 struct FileStamp {
   uint64_t dev = 0, ino = 0, size = 0;
   int64_t mtime_ns = 0, ctime_ns = 0;
+  bool regular = true;  // a regular file (not a device, a FIFO or a folder)
   bool operator==(const FileStamp&) const = default;
   Hash128 digest() const;
   // Both times at least two seconds before now.
@@ -67,7 +68,10 @@ class FileMemo {
   Impl& impl();
 };
 
-// The content hash of a file through the memo: a stat when it is remembered, else a read.
+// The content hash of a file through the memo: a stat when it is remembered, else a read. Only
+// a regular file of at most k_max_hashed_file bytes is read: a header path from a manifest that
+// names /dev/zero or a FIFO (a hostile bundle or tier) is an error, not an endless read.
+inline constexpr uint64_t k_max_hashed_file = uint64_t{256} << 20;
 Result<Hash128> memo_file_hash(const std::string& path);
 
 // memo_file_hash of each of `paths`, in order: each stat'ed relative to its folder (opened once

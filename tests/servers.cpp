@@ -185,6 +185,16 @@ void RedisServer::start() {
   if (!wait_for_port(m_port)) throw std::runtime_error("redis-server did not start on port " + std::to_string(m_port));
 }
 
+std::string RedisServer::cli(const std::vector<std::string>& args) const {
+  std::vector<std::string> argv{find_program("redis-cli", {"/usr/bin/redis-cli"}), "-h", "127.0.0.1", "-p", std::to_string(m_port)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = run_process(argv);
+  // redis-cli says a server's error on stdout ("(error) ..." on a terminal, the bare line here).
+  if (r.exit_code != 0 || r.out.rfind("ERR", 0) == 0 || r.out.rfind("NOPERM", 0) == 0)
+    throw std::runtime_error("redis-cli " + args.front() + " failed: " + r.out + r.err);
+  return r.out;
+}
+
 void RedisServer::kill() {
   m_process->kill(SIGKILL);
   m_process->wait();
@@ -244,8 +254,15 @@ NginxServer::NginxServer(const std::string& dir, NginxOptions options) : m_dir(d
   m_tls = !options.tls_cert.empty();
   std::string auth;
   if (!options.basic_user.empty()) {
-    std::ofstream(m_dir + "/htpasswd") << options.basic_user << ":{PLAIN}" << options.basic_password << "\n";
+    std::ofstream(m_dir + "/htpasswd") << options.basic_user << ":{PLAIN}" << options.basic_password << "\n"
+                                       << (options.publisher_user.empty() ? ""
+                                                                          : options.publisher_user + ":{PLAIN}" + options.publisher_password + "\n");
     auth += "      auth_basic \"kiln\";\n      auth_basic_user_file " + m_dir + "/htpasswd;\n";
+  }
+  if (!options.publisher_user.empty()) {  // every method but GET and HEAD: the publisher only
+    std::ofstream(m_dir + "/publishers.htpasswd") << options.publisher_user << ":{PLAIN}" << options.publisher_password << "\n";
+    auth += "      limit_except GET HEAD {\n        auth_basic \"kiln publishers\";\n        auth_basic_user_file " + m_dir +
+            "/publishers.htpasswd;\n      }\n";
   }
   if (!options.bearer_token.empty())
     auth += "      if ($http_authorization != \"Bearer " + options.bearer_token + "\") { return 401; }\n";
@@ -314,19 +331,26 @@ std::string S3Server::binary() {
 }
 
 S3Server::S3Server(const std::string& dir, const std::string& bucket, Mode mode) : m_dir(dir), m_port(free_port()) {
-  // The setup's actions (3 IAM calls and the bucket, or 2 IAM calls, the bucket and STS's
-  // AssumeRoleWithWebIdentity) pass unauthenticated; every request after them is checked.
-  std::string free_actions = mode == Mode::kUser ? "3" : "4";
+  // The setup's actions (3 IAM calls and the bucket; 2 IAM calls, the bucket and STS's
+  // AssumeRoleWithWebIdentity; or 6 IAM calls and the bucket) pass unauthenticated; every
+  // request after them is checked.
+  std::string free_actions = mode == Mode::kUser ? "3" : mode == Mode::kRole ? "4" : "7";
   m_process = std::make_unique<ChildProcess>(std::vector<std::string>{binary(), "-H", "127.0.0.1", "-p", std::to_string(m_port)},
                                              std::map<std::string, std::string>{{"INITIAL_NO_AUTH_ACTION_COUNT", free_actions}},
                                              m_dir + "/moto.out", m_dir + "/moto.err");
   if (!wait_for_port(m_port, 30000))
     throw std::runtime_error("moto_server did not start on port " + std::to_string(m_port) + ": " + read_text(m_dir + "/moto.err"));
   std::string python = binary().substr(0, binary().rfind('/')) + "/python";
-  auto r = run_process({python, KILN_TEST_SOURCE_DIR "/tests/cache/s3_setup.py", endpoint(), bucket, mode == Mode::kUser ? "user" : "role"});
+  auto r = run_process({python, KILN_TEST_SOURCE_DIR "/tests/cache/s3_setup.py", endpoint(), bucket, mode == Mode::kUser ? "user" : mode == Mode::kRole ? "role" : "roles"});
   if (r.exit_code != 0) throw std::runtime_error("s3_setup.py failed: " + r.err + read_text(m_dir + "/moto.err"));
   std::string out = r.out.substr(0, r.out.find('\n'));
-  if (mode == Mode::kUser) {
+  if (mode == Mode::kRoles) {
+    std::string second = r.out.substr(out.size() + 1);
+    second = second.substr(0, second.find('\n'));
+    m_reader_access_key = second.substr(0, second.find(' '));
+    m_reader_secret_key = second.substr(second.find(' ') + 1);
+  }
+  if (mode != Mode::kRole) {
     m_access_key = out.substr(0, out.find(' '));
     m_secret_key = out.substr(out.find(' ') + 1);
   } else {

@@ -62,6 +62,9 @@ class RedisServer {
   ~RedisServer();
   int port() const { return m_port; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(m_port); }
+  // One command through redis-cli as the default user ("ACL", "SETUSER", ...): its output, or
+  // an exception saying why it failed.
+  std::string cli(const std::vector<std::string>& args) const;
   // SIGKILL, as a crash or an OOM kill would; then start() again on the same port (empty).
   void kill();
   void start();
@@ -122,6 +125,9 @@ std::vector<BadCertificate> bad_certificates(const TestCa& trusted, const std::s
 struct NginxOptions {
   std::string bearer_token;  // non-empty: requests must carry "Authorization: Bearer <token>"
   std::string basic_user, basic_password;  // non-empty: basic auth
+  // Non-empty: a publisher, the one user whose PUT (and DELETE) is taken (nginx's limit_except
+  // GET HEAD with auth_basic); GET and HEAD take basic_user's credentials too.
+  std::string publisher_user, publisher_password;
   std::string tls_cert, tls_key;           // non-empty: https (and HTTP/2) with this certificate
   std::string client_ca;                   // non-empty: clients must show a certificate this CA signed
   int proxy_to = 0;  // non-zero: pass every request to http://127.0.0.1:proxy_to instead of serving files
@@ -164,6 +170,9 @@ class S3Server {
     kUser,  // an IAM user's access key (access_key(), secret_key())
     kRole,  // a role to assume with a web-identity token (role_arn()): the next unauthenticated
             // action is left for STS's AssumeRoleWithWebIdentity
+    kRoles,  // two IAM users: a publisher (access_key(), secret_key()) allowed to read and write
+             // the bucket, and a reader (reader_access_key(), ...) whose policy allows only
+             // s3:GetObject and s3:ListBucket (docs/SECURITY-roles.md)
   };
   S3Server(const std::string& dir, const std::string& bucket, Mode mode = Mode::kUser);
   ~S3Server();
@@ -172,11 +181,13 @@ class S3Server {
   const std::string& access_key() const { return m_access_key; }
   const std::string& secret_key() const { return m_secret_key; }
   const std::string& role_arn() const { return m_role_arn; }
+  const std::string& reader_access_key() const { return m_reader_access_key; }
+  const std::string& reader_secret_key() const { return m_reader_secret_key; }
 
  private:
   std::string m_dir;
   int m_port;
-  std::string m_access_key, m_secret_key, m_role_arn;
+  std::string m_access_key, m_secret_key, m_role_arn, m_reader_access_key, m_reader_secret_key;
   std::unique_ptr<ChildProcess> m_process;
 };
 

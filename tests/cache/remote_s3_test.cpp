@@ -163,19 +163,19 @@ TEST_F(S3Test, SignedRequestsStoreAndFetchPathStyleAndVirtualHosts) {
   EXPECT_EQ(virtual_host->ping_all().front().status.ok(), true);
 }
 
-TEST_F(S3Test, TheFirstWriterWins) {
+TEST_F(S3Test, TheLastWriterWinsSoNobodySquatsAKey) {
   REQUIRE_S3();
   start();
   Hash128 key = xxh3_128("same key");
   auto a = tiers(tier()), b = tiers(tier());
   a->publish({{RemoteObject::kArtifact, key, "first"}});
   a->drain();
-  b->publish({{RemoteObject::kArtifact, key, "second"}});  // If-None-Match: * -> 412, taken as done
+  b->publish({{RemoteObject::kArtifact, key, "second"}});  // replaces it, as a trusted publisher replaces a squatter's object
   b->drain();
   auto by = counters_of(*b);
   EXPECT_EQ(by[TierCounter::kErrors], 0) << reports();
   EXPECT_EQ(by[TierCounter::kPublished], 1);
-  EXPECT_EQ(fetch_whole(*b, key), "first");
+  EXPECT_EQ(fetch_whole(*b, key), "second");
 }
 
 TEST_F(S3Test, ABadSignatureIsRefusedSaysWhyAndTheEndpointIsSkipped) {
