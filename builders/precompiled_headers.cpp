@@ -310,7 +310,7 @@ bool PrecompiledHeaders::fetch_remote(const KeyParts& key, const OpSpec& spec) {
 void PrecompiledHeaders::publish(const KeyParts& key, const Hash128& artifact) {
   cache::RemoteTiers* tiers = m_remote ? m_remote() : nullptr;
   if (!tiers) return;
-  auto blob = read_file(m_store->blob_path(artifact));
+  auto blob = m_store->read_blob_file(artifact);
   auto manifest = m_store->get_manifest(key.key);
   if (!blob.ok() || !manifest.ok() || !manifest->has_value()) return;
   std::vector<cache::RemoteTiers::Publication> objects;

@@ -113,7 +113,7 @@ bool Ops::single_flight(const Hash128& key, const std::string& what, const std::
 
 void Ops::publish(const Hash128& key, const Hash128& input_key, std::unique_ptr<cache::RemoteTiers::Lease> lease) {
   // What the local store now holds, byte for byte: the blob file and the manifest.
-  auto blob = read_file(m_store->blob_path(key));
+  auto blob = m_store->read_blob_file(key);
   if (!blob.ok()) return;  // the lease goes with this frame
   std::vector<cache::RemoteTiers::Publication> objects;
   objects.push_back({cache::RemoteObject::kArtifact, key, std::move(blob).value()});

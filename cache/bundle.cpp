@@ -33,7 +33,7 @@ struct Entry {
 Result<std::string> envelope_of(Store& store, const Entry& e, const TrustConfig& trust) {
   std::string payload;
   if (e.type == RemoteObject::kArtifact) {
-    KILN_ASSIGN_OR_RETURN(payload, read_file(store.blob_path(e.key)));
+    KILN_ASSIGN_OR_RETURN(payload, store.read_blob_file(e.key));
   } else {
     KILN_ASSIGN_OR_RETURN(auto manifest, store.get_manifest(e.key));
     if (!manifest) return not_found("the manifest of " + e.key.hex() + " is gone");

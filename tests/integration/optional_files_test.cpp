@@ -49,10 +49,12 @@ class OptionalFilesTest : public ::testing::Test {
     // $HOME: root's own, mode 0700, with a config file in it that nobody asked for.
     m_home.write(".config/kiln/config.toml", "max_size = \"1G\"\n");
     ::chmod(m_home.path().c_str(), 0700);
-    // What the other uid may read: the specs; where it may write: the cache folder.
+    // What the other uid may read: the specs; where it may write: the cache folder, its own
+    // (a folder anyone can write is refused: docs/SECURITY.md).
     testing::write_variant_specs(m_specs.path(), 1);
     ::chmod(m_specs.path().c_str(), 0755);
-    ::chmod(m_cache.path().c_str(), 0777);
+    (void)::chown(m_cache.path().c_str(), 65534, 65534);
+    ::chmod(m_cache.path().c_str(), 0700);
     // A root-only file, for the settings that name files.
     m_private.write("root-only.toml", "max_size = \"2G\"\n");
     ::chmod((m_private / "root-only.toml").c_str(), 0600);
