@@ -368,6 +368,11 @@ std::vector<std::string> header_roots(const OpSpec& spec) {
   for (auto& s : spec.sources) roots.push_back(dirname_of(s.path));  // "..." beside a library's source
   include_dirs_in_flags(spec.flags, roots);
   if (spec.library) include_dirs_in_flags(spec.library->cuda_flags, roots);
+  // A prelude named by its path (kiln.torch.inductor's OpenMP bridge, beside kiln's Python
+  // package) is read from its folder; one named as <torch/extension.h> is found through -I.
+  if (spec.library)
+    for (auto& p : spec.library->prelude)
+      if (!p.empty() && p[0] == '/') roots.push_back(dirname_of(p));
   // The compiler's own: its resource headers, the C library's and GCC's (libstdc++), CUDA's.
   if (std::string resource = jit::clang_resource_dir(); !resource.empty()) roots.push_back(resource);
   for (const char* dir : {"/usr/include", "/usr/local/include", "/usr/lib/gcc", "/usr/lib64/gcc"}) roots.push_back(dir);
