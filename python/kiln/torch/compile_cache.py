@@ -254,6 +254,13 @@ def install(inductor=True, triton=None):
     installed. A cache a user turned off by its own environment variable (for example
     TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=0) stays off; torch.compiler.config.force_disable_caches
     turns every one off, as it does for torch's own."""
+    from . import _routes
+
+    _routes.install(caches=True, builds=inductor, triton=triton)
+
+
+def install_caches():
+    """The caches alone (what install() adds to the other routes _routes turns on)."""
     global _installed
     from .. import KilnError
 
@@ -262,40 +269,26 @@ def install(inductor=True, triton=None):
     except ImportError as e:
         raise KilnError("kiln.torch.compile_cache needs torch 2.x with Inductor: %s" % e) from None
     with _lock:
-        first = _installed is None
-    if first:
-        missing = [name for name in KINDS if not hasattr(getattr(remote_cache, name, None), "backend_override_cls")]
-        if missing:
-            raise KilnError("this torch (%s) has no backend_override_cls on %s in torch._inductor.remote_cache, the seam "
-                            "kiln.torch.compile_cache uses; torch.compile's caches stay torch's own"
-                            % (_torch_version(), ", ".join(missing)))
-        state = {"classes": {}, "config": [], "patched": []}
-        for name, (kind, claims, keep_first) in KINDS.items():
-            cls = getattr(remote_cache, name)
-            state["classes"][name] = cls.__dict__.get("backend_override_cls", _UNSET)
-            cls.backend_override_cls = functools.partial(_backend_class(), kind, claims, keep_first)
-        _turn_on(state["config"])
-        _wrap_compiles(state["patched"])
-        with _lock:
-            _installed = state
-        _log.debug("torch.compile's caches go through kiln (%s)", ", ".join(k for k, _, _ in KINDS.values()))
-    if inductor:
-        from . import inductor as kiln_inductor
-
-        kiln_inductor.install(caches=False)
-    if triton or (triton is None and _has_triton()):
-        import kiln.triton
-
-        kiln.triton.install()
+        if _installed is not None:
+            return
+    missing = [name for name in KINDS if not hasattr(getattr(remote_cache, name, None), "backend_override_cls")]
+    if missing:
+        raise KilnError("this torch (%s) has no backend_override_cls on %s in torch._inductor.remote_cache, the seam "
+                        "kiln.torch.compile_cache uses; torch.compile's caches stay torch's own"
+                        % (_torch_version(), ", ".join(missing)))
+    state = {"classes": {}, "config": [], "patched": []}
+    for name, (kind, claims, keep_first) in KINDS.items():
+        cls = getattr(remote_cache, name)
+        state["classes"][name] = cls.__dict__.get("backend_override_cls", _UNSET)
+        cls.backend_override_cls = functools.partial(_backend_class(), kind, claims, keep_first)
+    _turn_on(state["config"])
+    _wrap_compiles(state["patched"])
+    with _lock:
+        _installed = state
+    _log.debug("torch.compile's caches go through kiln (%s)", ", ".join(k for k, _, _ in KINDS.values()))
 
 
 _UNSET = object()
-
-
-def _has_triton():
-    import importlib.util
-
-    return importlib.util.find_spec("triton") is not None
 
 
 def _turn_on(saved):

@@ -337,43 +337,42 @@ def install(caches=True):
     caches: also route torch.compile's own caches (FX graphs, AOTAutograd, autotuning, Dynamo's
     profiles) through kiln's store and tiers (kiln.torch.compile_cache.install()), so a node
     whose cluster tier is warm skips Inductor's lowering as well as its compiles."""
+    from . import _routes
+
+    _routes.install(builds=True, caches=caches, triton=False, caches_optional=True)
+
+
+def install_builds():
+    """The C++ builds alone (what install() adds to the other routes _routes turns on)."""
     global _original, _original_header
     from .. import KilnError
 
     with _lock:
-        if _original is None:
-            try:
-                from torch._inductor import codecache, cpp_builder
-            except ImportError as e:
-                raise KilnError("kiln.inductor needs torch 2.x with Inductor (torch._inductor.cpp_builder): %s" % e) from None
-            if not hasattr(cpp_builder, "run_compile_cmd"):
-                raise KilnError("this torch's Inductor has no cpp_builder.run_compile_cmd, the seam kiln.inductor uses; "
-                                "its C++ builds stay with Inductor's compiler")
-            _original = cpp_builder.run_compile_cmd
-            cpp_builder.run_compile_cmd = _run_compile_cmd
-            # Inductor names its GCC precompiled header by the hash of the header preprocessed,
-            # which costs a `g++ -E` (and an `openssl sha512`) in every process, even one whose
-            # kernels are all stored. kiln keeps its own precompiled header (keyed by every
-            # header it read), so the header's file is all Inductor needs: see _header_file.
-            if hasattr(codecache, "_precompile_header"):
-                _original_header = codecache._precompile_header
-                codecache._precompile_header = _header_file
-            # And the compiler's answers to Inductor's questions (its version, its kind) come from
-            # kiln's store: no compiler process on a node whose kernels are stored, and a node
-            # with no compiler at all can run (compiler_facts).
-            from . import compiler_facts
-
-            compiler_facts.install()
-            isa_probes.install()
-    if caches:
-        from . import compile_cache
-
+        if _original is not None:
+            return
         try:
-            compile_cache.install(inductor=False, triton=False)
-        except KilnError as e:  # a torch without the seam: its kernels still go through kiln
-            if not getattr(install, "_warned", False):
-                install._warned = True
-                _log.warning("kiln.inductor: %s", e)
+            from torch._inductor import codecache, cpp_builder
+        except ImportError as e:
+            raise KilnError("kiln.inductor needs torch 2.x with Inductor (torch._inductor.cpp_builder): %s" % e) from None
+        if not hasattr(cpp_builder, "run_compile_cmd"):
+            raise KilnError("this torch's Inductor has no cpp_builder.run_compile_cmd, the seam kiln.inductor uses; "
+                            "its C++ builds stay with Inductor's compiler")
+        _original = cpp_builder.run_compile_cmd
+        cpp_builder.run_compile_cmd = _run_compile_cmd
+        # Inductor names its GCC precompiled header by the hash of the header preprocessed,
+        # which costs a `g++ -E` (and an `openssl sha512`) in every process, even one whose
+        # kernels are all stored. kiln keeps its own precompiled header (keyed by every
+        # header it read), so the header's file is all Inductor needs: see _header_file.
+        if hasattr(codecache, "_precompile_header"):
+            _original_header = codecache._precompile_header
+            codecache._precompile_header = _header_file
+        # And the compiler's answers to Inductor's questions (its version, its kind) come from
+        # kiln's store: no compiler process on a node whose kernels are stored, and a node
+        # with no compiler at all can run (compiler_facts).
+        from . import compiler_facts
+
+        compiler_facts.install()
+        isa_probes.install()
 
 
 @functools.lru_cache(maxsize=None)
@@ -393,6 +392,12 @@ def _header_file(header, hashable_cmd_line, **compile_command):
 
 def uninstall():
     """Gives Inductor its own compiler back (and torch.compile's caches their own storage)."""
+    from . import _routes
+
+    _routes.uninstall(builds=True, caches=True)
+
+
+def uninstall_builds():
     global _original, _original_header
     with _lock:
         if _original is None:
@@ -408,9 +413,6 @@ def uninstall():
 
         compiler_facts.uninstall()
         isa_probes.uninstall()
-    from . import compile_cache
-
-    compile_cache.uninstall()
 
 
 def installed():
