@@ -76,6 +76,12 @@ int64_t json_int(const std::string& json, const std::string& field) {
   return std::stoll(m[1]);
 }
 
+std::string json_field(const std::string& json, const std::string& field) {
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex("\"" + field + "\":\"?([^\",}]*)"))) return "";
+  return m[1];
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

@@ -38,6 +38,8 @@ std::string test_spec_dir();
 std::string read_text(const std::string& path);
 // The integer `"field":N` in a JSON text (the first one), or -1 when there is none.
 int64_t json_int(const std::string& json, const std::string& field);
+// The scalar `"field":VALUE` in a JSON text (the first one, a string's quotes taken off), or "".
+std::string json_field(const std::string& json, const std::string& field);
 
 struct ProcessResult {
   int exit_code = -1;

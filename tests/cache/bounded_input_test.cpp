@@ -226,14 +226,19 @@ TEST(BoundedInputTest, AFileGroupWithAHugeCountIsRefusedBeforeAnythingIsSized) {
 
 // ---- Manifests from elsewhere
 
+// An op "probe" in DIR/op whose one header, k.h, holds HEADER.
+OpSpec probe_spec(TempDir& dir, const std::string& header) {
+  dir.write("op/k.h", header);
+  OpSpec spec;
+  spec.name = "probe";
+  spec.spec_dir = dir / "op";
+  spec.spec_path = dir / "op/probe.toml";
+  return spec;
+}
+
 class ManifestLabelsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    m_dir.write("op/k.h", "#pragma once\n");
-    m_spec.name = "probe";
-    m_spec.spec_dir = m_dir / "op";
-    m_spec.spec_path = m_dir / "op/probe.toml";
-  }
+  void SetUp() override { m_spec = probe_spec(m_dir, "#pragma once\n"); }
   Status check(const std::string& label) {
     return builders::check_manifest_headers({ManifestEntry{label, xxh3_128(label)}}, m_spec);
   }
@@ -330,10 +335,7 @@ TEST_F(ManifestLabelsTest, AManifestPastItsBoundsIsRefusedBeforeItIsDecoded) {
 class RemoteCheckBeforeKeepTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    m_dir.write("op/k.h", "#pragma once\nconstexpr int k = 1;\n");
-    m_spec.name = "probe";
-    m_spec.spec_dir = m_dir / "op";
-    m_spec.spec_path = m_dir / "op/probe.toml";
+    m_spec = probe_spec(m_dir, "#pragma once\nconstexpr int k = 1;\n");
     m_input.key = xxh3_128("the inputs of probe");
     m_headers = builders::rehash_manifest({ManifestEntry{"spec:k.h", {}}}, m_spec).value();
     m_manifest = builders::encode_manifest(m_headers);

@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -31,6 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing_records::record_for;
+using testing::json_field;
 
 constexpr uid_t k_nobody = 65534;
 
@@ -434,12 +434,6 @@ TEST(StoreOwnerTest, WithoutHomeTheCacheFolderIsUnderThePasswdHomeNeverUnderTmp)
 }
 
 // ---- the kiln binary
-
-std::string json_field(const std::string& json, const std::string& field) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + field + "\":\"?([^\",}]*)"))) return "";
-  return m[1];
-}
 
 class KilnOwnerTest : public ::testing::Test {
  protected:

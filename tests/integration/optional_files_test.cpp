@@ -9,7 +9,6 @@
 
 #include <filesystem>
 #include <map>
-#include <regex>
 
 #include "tests/servers.h"
 #include "tests/test_util.h"
@@ -17,6 +16,7 @@
 namespace kiln {
 namespace {
 
+using testing::json_field;
 using testing::run_process;
 using testing::TempDir;
 
@@ -35,12 +35,6 @@ size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t p = 0; (p = text.find(what, p)) != std::string::npos; p += what.size()) ++n;
   return n;
-}
-
-std::string json_field(const std::string& json, const std::string& field) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + field + "\":\"?([^\",}]*)"))) return "";
-  return m[1];
 }
 
 class OptionalFilesTest : public ::testing::Test {

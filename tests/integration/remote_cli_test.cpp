@@ -20,6 +20,7 @@ namespace {
 using testing::FaultProxy;
 using testing::NginxServer;
 using testing::RedisServer;
+using testing::json_field;
 using testing::run_process;
 using testing::TempDir;
 using Clock = std::chrono::steady_clock;
@@ -46,12 +47,6 @@ std::map<std::string, std::string> sources(const std::string& json) {
   std::regex row("\"op\":\"([^\"]+)\",\"target\":\"[^\"]*\",\"cache\":\"[^\"]*\",\"source\":\"([a-z]+)\"");
   for (std::sregex_iterator it(json.begin(), json.end(), row), end; it != end; ++it) out[(*it)[1]] = (*it)[2];
   return out;
-}
-
-std::string json_field(const std::string& json, const std::string& field) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + field + "\":\"?([^\",}]*)"))) return "";
-  return m[1];
 }
 
 // The counters of the remote tier in `kiln cache stats --json`.

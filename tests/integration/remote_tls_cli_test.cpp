@@ -8,7 +8,6 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <regex>
 
 #include "tests/servers.h"
 #include "tests/test_util.h"
@@ -18,6 +17,7 @@ namespace {
 
 using testing::FaultProxy;
 using testing::NginxServer;
+using testing::json_field;
 using testing::run_process;
 using testing::TempDir;
 using testing::TestCa;
@@ -26,12 +26,6 @@ using Clock = std::chrono::steady_clock;
 #define REQUIRE_TLS_NGINX()                                                                                            \
   if (NginxServer::binary().empty()) GTEST_SKIP() << "nginx with WebDAV is not installed (scripts/setup installs it)"; \
   if (testing::openssl_binary().empty()) GTEST_SKIP() << "openssl is not installed (scripts/setup installs it)"
-
-std::string json_field(const std::string& json, const std::string& field) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + field + "\":\"?([^\",}]*)"))) return "";
-  return m[1];
-}
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
