@@ -8,6 +8,7 @@
 #include <set>
 
 #include "cache/cache_key.h"
+#include "cache/remote.h"
 #include "jit/toolchain_loader.h"
 #include "kiln/cpu_kernel.h"
 #include "support/cuda_toolkit.h"
@@ -324,8 +325,7 @@ std::string path_for(const std::string& label, const OpSpec& spec) {
 namespace {
 
 // ---- Bounds on a manifest, checked before it is decoded or any header it names is read.
-// The largest manifest text: torch/extension.h's 4,841 headers take ~500 KB.
-constexpr size_t k_max_manifest_bytes = size_t{16} << 20;
+using cache::k_max_manifest_bytes;  // the largest manifest text (remote.h)
 // The longest label: a path the system could open at all.
 constexpr size_t k_max_label_bytes = PATH_MAX;
 // The largest header a manifest from elsewhere may name. The largest headers on the development

@@ -187,7 +187,8 @@ std::string chunk_object_name(const Sha256& hash) {
 
 std::string tier_namespace(const TierConfig& tier) {
   const EndpointUrl& url = tier.endpoints.front();
-  if (url.scheme == "redis") return "redis:" + tier.prefix;
+  // The database and the prefix: tenants on databases 1 and 2 with the default prefix differ.
+  if (url.scheme == "redis") return "redis:" + std::to_string(url.db) + "/" + tier.prefix;
   if (url.scheme == "s3") return "s3:" + url.host + url.path;
   return "http:" + url.path;  // the folder, not the host: a tier's endpoints share it
 }
@@ -356,6 +357,7 @@ Result<std::unique_ptr<RemoteTiers>> RemoteTiers::create(RemoteOptions options) 
       if (user_password.find(':') == std::string::npos)
         return invalid_argument("the basic-auth file " + config.basic_auth_file + " must hold user:password");
       eo.authorization = "Basic " + base64(user_password);
+      eo.http_user = user_password.substr(0, user_password.find(':'));
     }
     if (!config.password_file.empty()) {
       KILN_ASSIGN_OR_RETURN(eo.password, read_secret_file(config.password_file));
@@ -473,8 +475,12 @@ bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::functi
     }
     Endpoint* from = nullptr;
     std::optional<std::string> got;
+    // What this answer may hold at most, refused as it arrives: an envelope around a manifest
+    // (16 MiB) or an artifact (or its chunk list) under the cap.
+    size_t limit = (type == RemoteObject::kManifest ? k_max_manifest_bytes : m_options.max_object_bytes) + k_envelope_header +
+                   k_max_signer_name;
     auto asked = with_failover(tier, name, [&](RemoteEndpoint& e) -> Result<bool> {
-      KILN_ASSIGN_OR_RETURN(got, e.get(name));
+      KILN_ASSIGN_OR_RETURN(got, e.get(name, limit));
       return true;
     }, &from);
     if (!asked.ok()) continue;
@@ -485,11 +491,7 @@ bool RemoteTiers::fetch(RemoteObject type, const Hash128& key, const std::functi
       continue;
     }
     tier.add(TierCounter::kBytesIn, static_cast<int64_t>(got->size()));
-    auto payload = got->size() > m_options.max_object_bytes + k_envelope_header + k_max_signer_name
-                       ? Result<std::string_view>(Status(StatusCode::kDataLoss, "it is " + std::to_string(got->size()) +
-                                                                                 " bytes, over remote's cap of " +
-                                                                                 std::to_string(m_options.max_object_bytes)))
-                       : open_object(type, key, *got, m_options.trust, tier.ns);
+    auto payload = open_object(type, key, *got, m_options.trust, tier.ns);
     std::string whole;  // a chunked artifact, put together
     Status verdict;
     if (payload.ok() && type == RemoteObject::kArtifact && is_chunk_list(*payload)) {

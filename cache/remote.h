@@ -22,9 +22,11 @@
 //
 // The fingerprint signed (Nix's model: a fixed string of the signed fields in a stated order):
 //   "kiln-remote-v2\n" SCHEME "\n" KEY-NAME "\n" NAMESPACE "\n" TYPE "\n" KEY-HEX "\n" SHA256-HEX "\n" SIGNED-AT
-// where NAMESPACE is the tier's (tier_namespace: the Redis prefix, the HTTP folder, the S3
-// bucket and prefix; "bundle" in bundles), so an object replayed under another tenant's prefix,
-// key or type fails its signature.
+// where NAMESPACE is the tier's (tier_namespace: the Redis database and prefix, the HTTP folder,
+// the S3 bucket and prefix; "bundle" in bundles), so an object replayed under another tenant's
+// prefix, key or type fails its signature. SIGNED-AT is the publisher's clock, for audits (which
+// key signed what, when): it is signed but no age is enforced; revoking the key is what stops
+// its objects.
 //
 // Trust (cache/trust.h, docs/SECURITY.md). With publisher keys (remote.trusted_keys), an object
 // loads only when it is signed by a trusted key that is not revoked, over its SHA-256; a node
@@ -72,6 +74,11 @@
 namespace kiln::cache {
 
 enum class RemoteObject : char { kArtifact = 'a', kManifest = 'm', kChunk = 'c' };
+
+// The largest manifest a tier may send (its text; torch/extension.h's 4,841 headers take ~500
+// KB): a longer answer is refused as it arrives, before it is buffered (builders' decoder
+// holds a manifest to the same bound).
+constexpr size_t k_max_manifest_bytes = size_t{16} << 20;
 
 struct TierConfig {
   std::vector<EndpointUrl> endpoints;
@@ -141,8 +148,8 @@ std::string object_name(RemoteObject type, const Hash128& key);
 // A chunk's name: the first 128 bits of the SHA-256 of its bytes, as object_name shapes names
 // (the list that names it carries, and the reader checks, the whole SHA-256).
 std::string chunk_object_name(const Sha256& hash);
-// The namespace a tier's objects are signed under: the Redis prefix, the HTTP folder, the S3
-// bucket and prefix (so two tenants' objects cannot be replayed across).
+// The namespace a tier's objects are signed under: "redis:DB/PREFIX", "http:/FOLDER",
+// "s3:BUCKET/PREFIX" (so two tenants' objects cannot be replayed across).
 std::string tier_namespace(const TierConfig& tier);
 inline constexpr std::string_view k_bundle_namespace = "bundle";
 // Signs with trust's signing key (Ed25519), else its secret (HMAC), else leaves it unsigned.

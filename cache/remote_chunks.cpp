@@ -197,7 +197,7 @@ Result<std::string> RemoteTiers::assemble(Tier& tier, const Hash128& key, std::s
     for (int attempt = 0; attempt < 2; ++attempt) {  // a chunk damaged on the way is fetched once more
       std::optional<std::string> got;
       auto asked = with_failover(tier, chunk_order(tier, key, i), [&](RemoteEndpoint& e) -> Result<bool> {
-        KILN_ASSIGN_OR_RETURN(got, e.get(name));
+        KILN_ASSIGN_OR_RETURN(got, e.get(name, c.size));  // a longer answer is refused as it arrives
         return true;
       });
       if (!asked.ok()) return asked.status();

@@ -4,7 +4,9 @@
 // connections are kept for the next call (one per concurrent caller at most). Thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +47,7 @@ struct EndpointOptions {
   std::string prefix = "kiln:";
   std::string layout = "flat";
   std::string authorization;  // http: the Authorization header's value ("Bearer ...")
+  std::string http_user;      // http: the basic-auth user it names, for messages ("" with a token)
   std::string password;       // redis: AUTH (as EndpointUrl::username when it names one)
   // https: the CA bundle to trust instead of the system's (a PEM file), and the client
   // certificate (a PEM file) with its private key (PEM, already read from its owner-only file).
@@ -63,6 +66,13 @@ struct EndpointOptions {
   size_t max_object_bytes = size_t{2} << 30;
 };
 
+// An answer to a GET is first allocated at most this large (when its length is declared), then
+// grows as its bytes arrive: an object of the default sizes (a chunk of 1 MiB, a whole artifact
+// up to remote.chunk_threshold's 4 MiB, each in its envelope of 136 bytes and a signer's name)
+// is received in one allocation, and a length that lies costs at most this much before the
+// answer is refused. The largest answer taken is get()'s bound.
+inline constexpr size_t k_first_answer_allocation = (size_t{4} << 20) + (64 << 10);
+
 class RemoteEndpoint {
  public:
   virtual ~RemoteEndpoint() = default;
@@ -70,7 +80,9 @@ class RemoteEndpoint {
   const EndpointUrl& url() const { return m_url; }
 
   // The object's bytes, or nullopt when the server does not have it. An answer larger than
-  // EndpointOptions::max_object_bytes is refused (kUnavailable) before it is kept.
+  // max_bytes (the caller's bound for what it asks for: a chunk's size, a manifest's cap) or
+  // than EndpointOptions::max_object_bytes is refused (kUnavailable) as it arrives, before it
+  // is kept.
   //
   // Refusals. A write or a lease call that the server refuses for these credentials (Redis
   // -NOPERM, -WRONGPASS or -NOAUTH; HTTP 401 or 403 to a PUT) answers kPermissionDenied, naming
@@ -78,7 +90,14 @@ class RemoteEndpoint {
   // is down (remote.h: the tier turns read-only for the process, reads go on). A read or a ping
   // refused so answers kUnavailable: a node that cannot read is misconfigured, and its endpoint
   // is skipped and said like any failing one.
-  virtual Result<std::optional<std::string>> get(const std::string& name) = 0;
+  Result<std::optional<std::string>> get(const std::string& name, size_t max_bytes = SIZE_MAX) {
+    return get_at_most(name, max_bytes);
+  }
+  // The bound get() holds an answer to: max_bytes, but never under 64 KiB (a server's error
+  // text for a small object's GET is still read and said) nor over max_object_bytes.
+  static size_t answer_limit(size_t max_bytes, const EndpointOptions& options) {
+    return std::min(std::max(max_bytes, size_t{64} << 10), options.max_object_bytes);
+  }
   virtual Status put(const std::string& name, std::string_view bytes) = 0;
   // One round trip that shows the server answers (Redis PING, HTTP HEAD of the folder).
   virtual Status ping() = 0;
@@ -113,6 +132,8 @@ class RemoteEndpoint {
 
  protected:
   explicit RemoteEndpoint(EndpointUrl url) : m_url(std::move(url)) {}
+  // get(), as each kind of server answers it.
+  virtual Result<std::optional<std::string>> get_at_most(const std::string& name, size_t max_bytes) = 0;
   EndpointUrl m_url;
 };
 

@@ -36,12 +36,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// An answer's body is first allocated at most this large (when its Content-Length says so), then
-// grows as its bytes arrive: an object of the default sizes (a chunk of 1 MiB, a whole artifact
-// up to remote.chunk_threshold's 4 MiB, in its envelope) is received in one allocation, and a
-// length that lies costs at most this much. The largest body taken is
-// EndpointOptions::max_object_bytes.
-constexpr size_t k_first_body_allocation = (size_t{4} << 20) + (64 << 10);
 // Redirects followed (a load balancer, a moved folder); more is a loop.
 constexpr long k_max_redirects = 5;
 // Tuning, from kiln_remote_bench BM_RemoteHit/<http|https>/bytes:1048576/signed:0 (p50 of
@@ -116,7 +110,7 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     }
     t->body.clear();  // a redirect's body, if any, is not the answer
     try {
-      t->body.reserve(static_cast<size_t>(std::min<unsigned long long>(length, k_first_body_allocation)));
+      t->body.reserve(static_cast<size_t>(std::min<unsigned long long>(length, k_first_answer_allocation)));
     } catch (const std::bad_alloc&) {
       t->out_of_memory = true;
       return 0;
@@ -182,8 +176,8 @@ class HttpEndpoint final : public RemoteEndpoint {
     if (m_share) m_api->curl_share_cleanup(m_share);
   }
 
-  Result<std::optional<std::string>> get(const std::string& name) override {
-    KILN_ASSIGN_OR_RETURN(Response r, send("GET", name, {}));
+  Result<std::optional<std::string>> get_at_most(const std::string& name, size_t max_bytes) override {
+    KILN_ASSIGN_OR_RETURN(Response r, send("GET", name, {}, answer_limit(max_bytes, m_options)));
     if (r.status == 200) return std::optional<std::string>(std::move(r.body));
     // A bucket that is not there is a mistake to hear about, not a miss.
     if (r.status == 404 && !(m_s3 && s3_error_code(r.body) == "NoSuchBucket")) return std::optional<std::string>();
@@ -225,12 +219,13 @@ class HttpEndpoint final : public RemoteEndpoint {
 
   // One request for an object; on S3, a 503 SlowDown (or a 500 or 429) is tried again after a
   // jittered, doubling pause.
-  Result<Response> send(const char* method, const std::string& name, std::string_view body) {
-    if (!m_s3) return request(method, object_path(name), body, Sign::kNo);
+  // limit: the most bytes the answer may bring (max_object_bytes when 0).
+  Result<Response> send(const char* method, const std::string& name, std::string_view body, size_t limit = 0) {
+    if (!m_s3) return request(method, object_path(name), body, Sign::kNo, limit);
     thread_local std::mt19937_64 random{std::random_device{}()};
     auto pause = std::chrono::milliseconds(k_s3_first_backoff);
     for (int attempt = 1;; ++attempt) {
-      KILN_ASSIGN_OR_RETURN(Response r, request(method, object_path(name), body, Sign::kYes));
+      KILN_ASSIGN_OR_RETURN(Response r, request(method, object_path(name), body, Sign::kYes, limit));
       bool busy = r.status == 503 || r.status == 500 || r.status == 429;
       if (!busy || attempt == k_s3_tries) return r;
       KILN_LOG_AT(kDebug, "remote", label() + ": " + method + " " + name + " answered " + std::to_string(r.status) + " " +
@@ -244,29 +239,8 @@ class HttpEndpoint final : public RemoteEndpoint {
   // Who the server was told this request comes from, for messages: " as user 'NAME'" (basic
   // auth), " with the tier's token" (a bearer token), or "".
   std::string as_user() const {
-    constexpr std::string_view k_basic = "Basic ";
-    const std::string& a = m_options.authorization;
-    if (a.rfind(k_basic, 0) == 0) {
-      std::string user_password = base64_decoded(std::string_view(a).substr(k_basic.size()));
-      return " as user '" + user_password.substr(0, user_password.find(':')) + "'";
-    }
-    return a.empty() ? "" : " with the tier's token";
-  }
-
-  static std::string base64_decoded(std::string_view text) {
-    std::string out;
-    uint32_t bits = 0;
-    int count = 0;
-    for (char ch : text) {
-      const char* at = std::strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", ch);
-      if (ch == '=' || ch == 0 || !at) break;
-      bits = (bits << 6) | static_cast<uint32_t>(at - "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/");
-      if ((count += 6) >= 8) {
-        count -= 8;
-        out += static_cast<char>((bits >> count) & 0xff);
-      }
-    }
-    return out;
+    if (!m_options.http_user.empty()) return " as user '" + m_options.http_user + "'";
+    return m_options.authorization.empty() ? "" : " with the tier's token";
   }
 
   Status refused(const char* method, const std::string& name, const Response& r) const {
@@ -518,7 +492,8 @@ class HttpEndpoint final : public RemoteEndpoint {
   }
 
   // `path` under this endpoint's server, or a whole URL (STS's); unsigned unless `sign`.
-  Result<Response> request(const char* method, const std::string& path, std::string_view body, Sign sign) {
+  Result<Response> request(const char* method, const std::string& path, std::string_view body, Sign sign, size_t limit = 0) {
+    if (limit == 0) limit = m_options.max_object_bytes;
     if (Status st = prepare(); !st.ok()) return unavailable(label() + ": " + st.message());
     std::unique_ptr<Connection> c;
     bool whole_url = path.rfind("http", 0) == 0;
@@ -562,7 +537,7 @@ class HttpEndpoint final : public RemoteEndpoint {
     }
     Transfer& t = c->transfer;
     t = Transfer{};
-    t.max_bytes = m_options.max_object_bytes;
+    t.max_bytes = limit;
     t.upload = body;
     c->error[0] = 0;
     // Silence is measured from the end of the connect budget (libcurl bounds the connect and
@@ -603,8 +578,8 @@ class HttpEndpoint final : public RemoteEndpoint {
     if (silent) {
       failure = "timed out: no answer for " + std::to_string(m_options.io_timeout.count()) + " ms";
     } else if (t.too_large) {
-      failure = "an answer of more than " + std::to_string(m_options.max_object_bytes) +
-                " bytes, the most an object may hold (refused before it was kept)";
+      failure = "an answer of more than " + std::to_string(limit) +
+                " bytes, the most it may hold (refused before it was kept)";
     } else if (t.out_of_memory) {
       failure = "out of memory after " + std::to_string(t.body.size()) + " bytes of the answer";
     } else if (result != CURLE_OK) {

@@ -49,11 +49,6 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 // as arrives with it (then copied once into place): a manifest (a few KiB), a miss or an error
 // is one recv.
 constexpr size_t k_reply_head_bytes = 16 << 10;
-// A value's string is first allocated at most this large, then doubled as its bytes arrive: an
-// object of the default sizes (a chunk of 1 MiB, a whole artifact up to remote.chunk_threshold's
-// 4 MiB, each in its 64-byte envelope) is received in one allocation, and a length that lies
-// costs at most this much before the connection is dropped.
-constexpr size_t k_first_value_allocation = (size_t{4} << 20) + (64 << 10);
 // Every reply but a GET's: "+OK", an integer, a nil, an error line, or an array of a few short
 // strings (SUBSCRIBE's confirmation, a channel's message, PUBSUB NUMSUB's pair).
 constexpr size_t k_max_command_reply_bytes = 64 << 10;
@@ -265,14 +260,15 @@ class RedisEndpoint final : public RemoteEndpoint {
     for (auto* c : m_idle) redisFree(c);
   }
 
-  Result<std::optional<std::string>> get(const std::string& name) override {
+  Result<std::optional<std::string>> get_at_most(const std::string& name, size_t max_bytes) override {
     std::string key = m_options.prefix + name;
+    size_t limit = answer_limit(max_bytes, m_options);
     std::string command = format_command({"GET", key});
     std::optional<std::string> value;
     Status st = on_connection([&](redisContext* c, bool& closed) {
       value.reset();
       KILN_RETURN_IF_ERROR(send_all(c->fd, command, closed));
-      return read_value(c->fd, key, value, closed);
+      return read_value(c->fd, key, limit, value, closed);
     });
     if (!st.ok()) return as_read_failure(std::move(st));
     return value;
@@ -523,12 +519,12 @@ class RedisEndpoint final : public RemoteEndpoint {
   }
 
   // Reads a GET's reply: "$<length>\r\n<value>\r\n", "$-1\r\n" (no such key: nullopt) or an
-  // error ("-..."). A length over max_object_bytes is refused as soon as its line is read; the
+  // error ("-..."). A length over `limit` is refused as soon as its line is read; the
   // value is received straight from the socket into a string that grows as its bytes arrive
-  // (k_first_value_allocation, then doubling), never sized by the length alone. Anything that
+  // (k_first_answer_allocation, then doubling), never sized by the length alone. Anything that
   // breaks the protocol (a reply cut short, a length its value does not match, more than one
   // reply) is an error, never data.
-  Status read_value(int fd, const std::string& key, std::optional<std::string>& value, bool& closed) const {
+  Status read_value(int fd, const std::string& key, size_t limit, std::optional<std::string>& value, bool& closed) const {
     char head[k_reply_head_bytes];
     size_t have = 0, line_end = 0;
     for (;;) {  // the first line
@@ -559,14 +555,14 @@ class RedisEndpoint final : public RemoteEndpoint {
     auto declared = parse_count(line.substr(1));
     if (!declared) return unavailable(label() + ": GET answered a malformed length \"" + shown(line.substr(1), 24) + "\"");
     uint64_t length = *declared;
-    if (length > m_options.max_object_bytes)
+    if (length > limit)
       return unavailable(label() + ": GET " + key + " answered a length of " + std::to_string(length) + " bytes, more than the " +
-                         std::to_string(m_options.max_object_bytes) + " an object may hold (refused unread)");
+                         std::to_string(limit) + " it may hold (refused unread)");
     std::string out;
     size_t got = 0;
     while (got < length) {
       if (got == out.size()) {
-        size_t grown = out.empty() ? k_first_value_allocation : out.size() * 2;
+        size_t grown = out.empty() ? k_first_answer_allocation : out.size() * 2;
         out.resize(static_cast<size_t>(std::min<uint64_t>(length, grown)));
       }
       size_t before = got;

@@ -113,7 +113,7 @@ std::string Store::untrusted(const struct stat& st) const {
 
 Result<int> Store::open_blob(const Hash128& key, struct stat* st) {
   std::string path = blob_path(key);
-  KILN_ASSIGN_OR_RETURN(int fd, open_beneath(m_root_fd, blob_relative(key), O_RDONLY, path));
+  KILN_ASSIGN_OR_RETURN(int fd, open_beneath(m_root_fd, blob_relative(key), O_RDONLY | O_NONBLOCK, path));  // no wait on a FIFO
   std::string why = ::fstat(fd, st) == 0 ? untrusted(*st) : "it cannot be examined";
   if (why.empty()) return fd;
   ::close(fd);
@@ -121,11 +121,7 @@ Result<int> Store::open_blob(const Hash128& key, struct stat* st) {
 }
 
 Result<std::string> Store::read_blob_file(const Hash128& key) {
-  std::string path = blob_path(key);
-  struct stat st{};
-  KILN_ASSIGN_OR_RETURN(std::string file, read_file_beneath(m_root_fd, blob_relative(key), path, &st));
-  if (std::string why = untrusted(st); !why.empty()) return permission_denied(path + ": " + why);
-  return file;
+  return read_file_beneath(m_root_fd, blob_relative(key), blob_path(key), [this](const struct stat& st) { return untrusted(st); });
 }
 
 Result<std::optional<Artifact>> Store::get(const Hash128& key) {
@@ -326,8 +322,8 @@ Status Store::enforce_cap_locked() {
 }
 
 Result<std::optional<std::string>> Store::get_manifest(const Hash128& input_key) {
-  struct stat st{};
-  auto file = read_file_beneath(m_root_fd, manifest_relative(input_key), manifest_path(input_key), &st);
+  auto file = read_file_beneath(m_root_fd, manifest_relative(input_key), manifest_path(input_key),
+                                [this](const struct stat& st) { return untrusted(st); });
   if (!file.ok()) {
     // A link on the way is not followed: a miss, as is a manifest someone untrusted wrote (it
     // could lead a lookup to another artifact). The next compile writes it again.
@@ -335,7 +331,6 @@ Result<std::optional<std::string>> Store::get_manifest(const Hash128& input_key)
       return std::optional<std::string>();
     return file.status();
   }
-  if (!untrusted(st).empty()) return std::optional<std::string>();
   std::string_view text = file.value();
   // A manifest of another format (a newer kiln's) is not this kiln's to read: a miss.
   if (text.substr(0, k_manifest_header.size()) != k_manifest_header) return std::optional<std::string>();

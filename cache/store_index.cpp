@@ -443,13 +443,14 @@ Result<uint64_t> Store::adopt_locked(const std::vector<std::pair<std::string, in
   };
   std::vector<Found> found;
   for (auto& [path, mtime] : blobs) {
-    struct stat st{};
-    auto file = read_file_beneath(m_root_fd, relative_to(path, m_root), path, &st);
-    if (!file.ok()) continue;  // gone meanwhile (evicted, replaced)
-    if (!untrusted(st).empty()) {  // someone else's: never an artifact of this store's
-      if (damaged) damaged->push_back(path);
-      continue;
-    }
+    bool others = false;  // someone else's: never an artifact of this store's
+    auto file = read_file_beneath(m_root_fd, relative_to(path, m_root), path, [&](const struct stat& st) {
+      std::string why = untrusted(st);
+      others = !why.empty();
+      return why;
+    });
+    if (others && damaged) damaged->push_back(path);
+    if (!file.ok()) continue;  // gone meanwhile (evicted, replaced), or someone else's
     auto blob = decode_blob(file.value());
     auto record = blob.ok() ? decode_record(blob->metadata) : Result<ArtifactRecord>(blob.status());
     if (!record.ok() || blob_path(record->key) != path || record->size != blob->content.size()) {

@@ -177,7 +177,8 @@ Result<Hash128> memo_file_hash(const std::string& path) {
   if (auto v = memo.get("hash", path, stamp)) {
     if (auto h = Hash128::from_hex(*v)) return *h;
   }
-  KILN_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  // The same bounds again on what is read: the path may have been swapped since its stamp.
+  KILN_ASSIGN_OR_RETURN(std::string text, read_regular_file(path, k_max_hashed_file));
   Hash128 hash = xxh3_128(text);
   // The file must not have changed while it was read, and must have settled.
   auto after = file_stamp(path);

@@ -5,7 +5,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cerrno>
 #include <filesystem>
 #include <vector>
@@ -16,10 +18,11 @@ namespace {
 // Names the temporaries of atomic writes (with the pid): distinct across the process's threads.
 std::atomic<unsigned> g_temporaries{0};
 
-// Reads all of `fd` and closes it; `st` holds its status (for the size, when it has one).
-Result<std::string> read_and_close(int fd, const struct stat& st, const std::string& path) {
+// Reads all of `fd` and closes it; `st` holds its status (for the size, when it has one). More
+// than max_bytes (a file that grew after its status was taken) is an error, never kept.
+Result<std::string> read_and_close(int fd, const struct stat& st, const std::string& path, uint64_t max_bytes = UINT64_MAX) {
   std::string out;
-  if (st.st_size > 0) out.reserve(static_cast<size_t>(st.st_size));
+  if (st.st_size > 0) out.reserve(static_cast<size_t>(std::min<uint64_t>(static_cast<uint64_t>(st.st_size), max_bytes)));
   char buf[1 << 16];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
@@ -30,6 +33,10 @@ Result<std::string> read_and_close(int fd, const struct stat& st, const std::str
       return errno_status("read " + path, err);
     }
     if (n == 0) break;
+    if (static_cast<uint64_t>(n) > max_bytes - out.size()) {
+      ::close(fd);
+      return invalid_argument(path + " grew past " + std::to_string(max_bytes) + " bytes while it was read");
+    }
     out.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
@@ -134,15 +141,39 @@ Result<int> open_beneath(int dir_fd, std::string_view relative, int flags, const
   return fd;
 }
 
-Result<std::string> read_file_beneath(int dir_fd, std::string_view relative, const std::string& shown, struct stat* st_out) {
-  KILN_ASSIGN_OR_RETURN(int fd, open_beneath(dir_fd, relative, O_RDONLY, shown));
+Result<std::string> read_regular_file(const std::string& path, uint64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno_status("open " + path, errno);
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return errno_status("stat " + path, err);
+  }
+  std::string why = !S_ISREG(st.st_mode) ? " is not a regular file"
+                    : static_cast<uint64_t>(st.st_size) > max_bytes
+                        ? " is " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " it may have"
+                        : "";
+  if (!why.empty()) {
+    ::close(fd);
+    return invalid_argument(path + why);
+  }
+  return read_and_close(fd, st, path, max_bytes);
+}
+
+Result<std::string> read_file_beneath(int dir_fd, std::string_view relative, const std::string& shown,
+                                      const std::function<std::string(const struct stat&)>& refuse) {
+  KILN_ASSIGN_OR_RETURN(int fd, open_beneath(dir_fd, relative, O_RDONLY | O_NONBLOCK, shown));
   struct stat st{};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
     return errno_status("stat " + shown, err);
   }
-  if (st_out) *st_out = st;
+  if (std::string why = refuse ? refuse(st) : std::string(); !why.empty()) {
+    ::close(fd);
+    return Status(StatusCode::kPermissionDenied, shown + ": " + why);
+  }
   return read_and_close(fd, st, shown);
 }
 

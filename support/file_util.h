@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -12,6 +13,10 @@ namespace kiln {
 
 // Whole file into memory; a missing file is kNotFound, other failures kIoError.
 Result<std::string> read_file(const std::string& path);
+// read_file of a regular file of at most max_bytes: what the descriptor shows (fstat) is checked
+// before a byte is read, so a path swapped after an earlier check cannot slip a FIFO, a device
+// or a huge file in (kInvalidArgument), and a file that grows meanwhile is refused too.
+Result<std::string> read_regular_file(const std::string& path, uint64_t max_bytes);
 // Why read_file(path) failed, without the path ("Permission denied"), for a message that
 // names the file once in its own words.
 std::string read_failure_reason(const Status& st, const std::string& path);
@@ -36,10 +41,12 @@ Status make_dirs(const std::string& path, unsigned mode = 0700);
 // lacks it (before Linux 5.6, or a seccomp filter that refuses it), one openat(O_NOFOLLOW) per
 // component. Returns the descriptor (O_CLOEXEC added).
 Result<int> open_beneath(int dir_fd, std::string_view relative, int flags, const std::string& shown, unsigned mode = 0);
-// read_file through open_beneath; `st` (when not null) gets the file's status from the same
-// descriptor, so the file checked is the file read.
+// read_file through open_beneath. `refuse` (when given) looks at the file's status, taken from
+// the descriptor before a byte is read (so the file checked is the file read, and a FIFO or a
+// huge file someone planted is refused unread: the open does not wait for a FIFO's writer);
+// what it answers, when not "", is kPermissionDenied "SHOWN: <answer>".
 Result<std::string> read_file_beneath(int dir_fd, std::string_view relative, const std::string& shown,
-                                      struct stat* st = nullptr);
+                                      const std::function<std::string(const struct stat&)>& refuse = {});
 // Creates the folders of `relative` beneath `dir_fd` (with `mode`) and opens the last. A link or
 // a file found where one of them belongs is removed (never what a link points to) and the folder
 // made in its place: the descriptor is always of a real folder of this tree.

@@ -51,6 +51,9 @@ Result<std::unique_ptr<cache::Store>> open_store(const GlobalOptions& global) {
   KILN_ASSIGN_OR_RETURN(options.max_bytes, settings.max_bytes());
   options.report_damage = [](const std::string& message) { std::cerr << "kiln: warning: " << message << "\n"; };
   options.report_notice = [](const std::string& message) { std::cerr << "kiln: warning: " << message << "\n"; };
+  // `kiln cache` acts on the folder named: one refused for whose it is fails here, rather than
+  // clearing, collecting or filling a private store in its place.
+  options.private_fallback = false;
   auto store = cache::Store::open(settings.cache_dir(), options);
   if (!store.ok())
     return Status(store.status().code(), "cannot open the kiln cache " + settings.cache_dir() + ": " + store.status().message() +

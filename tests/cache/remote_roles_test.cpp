@@ -304,7 +304,9 @@ TEST(NginxRoles, AReadersPutIsRefusedAsPermissionDeniedAndItsGetServed) {
   NginxServer nginx(dir.path(), o);
   EndpointOptions as_reader, as_publisher;
   as_reader.authorization = "Basic " + base64("reader:reader-pw");
+  as_reader.http_user = "reader";  // as remote.cpp sets it from a basic-auth-file
   as_publisher.authorization = "Basic " + base64("publisher:publisher-pw");
+  as_publisher.http_user = "publisher";
   auto reader = endpoint(nginx.url(), as_reader), publisher = endpoint(nginx.url(), as_publisher);
   std::string name(64, 'c');
   ASSERT_TRUE(publisher->put(name, "published").ok());
@@ -503,13 +505,16 @@ struct Bomb {
 
 TEST(BoundedReplies, DeclaredLengthsAndCountsAreRefusedBeforeTheyAreAllocated) {
   TempDir dir;
-  auto get = [](RemoteEndpoint& e) { return e.get(std::string(64, 'g')).status(); };
+  auto get = [](RemoteEndpoint& e) { return e.get(std::string(64, 'g'), SIZE_MAX).status(); };
+  // A chunk's GET is bounded by the size its chunk list says (here 100 KiB), not by the cap.
+  auto get_chunk = [](RemoteEndpoint& e) { return e.get(std::string(64, 'c'), 100 << 10).status(); };
   const size_t cap = size_t{2} << 30;  // the default
   std::vector<Bomb> bombs = {
       {"a 3 GiB Redis bulk", "redis", "$3000000000\r\n", 1 << 20, cap, get, "answered a length of 3000000000 bytes"},
       {"a 1.5 GiB Redis bulk, cut after 1 MiB", "redis", "$1500000000\r\n", 1 << 20, cap, get,
        "closed the connection after 1048576 of the value's 1500000000 bytes"},
       {"a Redis value over a 1 MiB cap", "redis", "$2000000\r\n", 2000000, 1 << 20, get, "more than the 1048576"},
+      {"a 2 MB Redis value for a 100 KiB chunk", "redis", "$2000000\r\n", 2000000, cap, get_chunk, "more than the 102400"},
       {"a 2-billion-element array", "redis", "*2000000000\r\n", 1 << 20, cap,
        [](RemoteEndpoint& e) { return e.lease_watchers("lease:x").status(); }, "an array of 2000000000 elements"},
       {"a 3 GiB bulk for SET", "redis", "$3000000000\r\n", 0, cap,
@@ -520,6 +525,8 @@ TEST(BoundedReplies, DeclaredLengthsAndCountsAreRefusedBeforeTheyAreAllocated) {
        get, "transfer closed with 1498951424 bytes remaining"},
       {"an endless body over a 1 MiB cap", "http", "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 3 << 20, 1 << 20, get,
        "more than 1048576 bytes"},
+      {"an endless body for a 100 KiB chunk", "http", "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 3 << 20, cap, get_chunk,
+       "more than 102400 bytes"},
   };
   for (auto& bomb : bombs) {
     FakeServer server(bomb.answer, bomb.filler);

@@ -4,14 +4,17 @@
 // mode alone. The tests that need to chown skip, saying so, under another uid.
 #include "cache/store_owner.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <optional>
 #include <string>
 #include <vector>
@@ -421,6 +424,37 @@ TEST(StoreOwnerTest, ABlobAnotherUserWroteIntoTheStoreIsNotLoaded) {
   EXPECT_EQ((*store->get(r.key))->bytes, "code");
 }
 
+TEST(StoreOwnerTest, AFifoPlantedForABlobOrAManifestIsRefusedUnreadAndNothingWaits) {
+  testing::TempDir dir;
+  StoreOptions options;
+  options.shared_group = "";
+  options.report_damage = [](const std::string&) {};
+  auto store = Store::open(dir / "store", options).value();
+  auto r = record_for("fifo");
+  ASSERT_TRUE(store->put(r, "code").ok());
+  ASSERT_TRUE(store->put_manifest(r.input_key, "").ok());
+  std::string blob = store->blob_path(r.key), manifest = store->manifest_path(r.input_key);
+  for (const std::string& path : {blob, manifest}) {
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+    ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << path;
+  }
+  // Read in a thread: an open that waited for the FIFO's writer would never return, so the test
+  // gives it 10 s and then writes to each FIFO itself, so that it ends either way.
+  auto reads = std::async(std::launch::async, [&] {
+    auto got = store->get(r.key);
+    auto manifest_got = store->get_manifest(r.input_key);
+    bool blob_refused = !got.ok() || !got->has_value();
+    bool manifest_refused = !manifest_got.ok() || !manifest_got->has_value();
+    return blob_refused && manifest_refused;
+  });
+  if (reads.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "a read of a FIFO in the store waited for a writer";
+    for (const std::string& path : {blob, manifest})
+      if (int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK); fd >= 0) ::close(fd);
+  }
+  EXPECT_TRUE(reads.get());
+}
+
 TEST(StoreOwnerTest, WithoutHomeTheCacheFolderIsUnderThePasswdHomeNeverUnderTmp) {
   ScopedEnv h("HOME", std::nullopt), x("XDG_CACHE_HOME", std::nullopt), k("KILN_CACHE_DIR", std::nullopt),
       c("KILN_CONFIG", "/dev/null"), s("KILN_SYSTEM_CONFIG", "/dev/null");
@@ -527,6 +561,14 @@ TEST_F(KilnOwnerTest, APoisonedCacheFolderAnotherUserCanWriteIsRefusedAndNothing
   EXPECT_EQ(build.exit_code, 0) << build.err;
   EXPECT_EQ(json_field(build.out, "source"), "disk") << build.out;
   EXPECT_FALSE(fs::exists(marker));
+  // A `kiln cache` command acts on the folder named: refused, it fails, saying so, and touches
+  // neither that folder nor the private store (clearing another folder would surprise its user).
+  auto clear = kiln({"--cache-dir", poisoned, "cache", "clear"});
+  EXPECT_NE(clear.exit_code, 0) << clear.out;
+  EXPECT_TRUE(contains(clear.err, "cannot open the kiln cache " + poisoned)) << clear.err;
+  EXPECT_TRUE(contains(clear.err, "belongs to nobody (uid 65534)")) << clear.err;
+  EXPECT_TRUE(artifact_in(own, "vector_add")) << "the private store was cleared in the named folder's place";
+  EXPECT_TRUE(artifact_in(poisoned, "vector_add"));
 }
 
 TEST_F(KilnOwnerTest, WithoutHomeKilnNeverMakesItsStoreUnderTmp) {

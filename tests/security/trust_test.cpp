@@ -291,6 +291,21 @@ TEST_F(TrustedTiers, TenantsPrefixesDoNotShareObjects) {
   EXPECT_EQ(counters_of(*tenant_a)[TierCounter::kRejected], 1);
 }
 
+TEST_F(TrustedTiers, TenantsDatabasesDoNotShareObjects) {
+  Hash128 key = xxh3_128("shared op");
+  publish(*tiers(options(publisher(b), nullptr, "/2")), key, "tenant b's build");
+  // Same prefix (the default), another database: copied across, the namespace refuses it.
+  auto copied = kiln::testing::run_process({"redis-cli", "-u", m_redis->url() + "/2", "COPY",
+                                            "kiln:" + object_name(RemoteObject::kArtifact, key),
+                                            "kiln:" + object_name(RemoteObject::kArtifact, key), "DB", "1"});
+  ASSERT_EQ(copied.out, "1\n") << copied.err;
+  auto tenant_a = tiers(options(reader({a.public_key, b.public_key}), nullptr, "/1"));
+  EXPECT_EQ(fetch_whole(*tenant_a, key), "");
+  EXPECT_EQ(counters_of(*tenant_a)[TierCounter::kRejected], 1);
+  // In its own database, under its own key, tenant B's object loads.
+  EXPECT_EQ(fetch_whole(*tiers(options(reader({b.public_key}), nullptr, "/2")), key), "tenant b's build");
+}
+
 TEST_F(TrustedTiers, ALargeArtifactInChunksIsRefusedWhenSignedByAnUntrustedKey) {
   Hash128 key = xxh3_128("a large pch");
   std::string payload = noise(200 << 10, 5);
