@@ -21,8 +21,10 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 def test_pip_builds_a_wheel_whose_package_runs_ops_and_torch_extensions(tmp_path):
     wheels, site = tmp_path / "wheels", tmp_path / "site"
     # No build isolation: the backend and pybind11 are the ones this environment has (no network
-    # needed); ccache, where installed, for a second run of the suite.
-    env = dict(os.environ, CMAKE_C_COMPILER_LAUNCHER="ccache", CMAKE_CXX_COMPILER_LAUNCHER="ccache")
+    # needed); ccache, where installed, for a second run of the suite, and with scripts/wheel's
+    # settings so that its Release build (at the same depth under build/) reuses these compiles.
+    env = dict(os.environ, CMAKE_C_COMPILER_LAUNCHER="ccache", CMAKE_CXX_COMPILER_LAUNCHER="ccache",
+               CCACHE_BASEDIR=ROOT, CCACHE_NOHASHDIR="1")
     if not any(os.access(os.path.join(d, "ccache"), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep)):
         env.pop("CMAKE_C_COMPILER_LAUNCHER"), env.pop("CMAKE_CXX_COMPILER_LAUNCHER")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--disable-pip-version-check",
