@@ -37,7 +37,7 @@ import shutil
 import sys
 import threading
 
-from . import isa_probes
+from . import _cache_backend, isa_probes
 
 __all__ = ["install", "uninstall", "installed", "backend", "stats", "translate"]
 
@@ -337,13 +337,20 @@ def install(caches=True):
     caches: also route torch.compile's own caches (FX graphs, AOTAutograd, autotuning, Dynamo's
     profiles) through kiln's store and tiers (kiln.torch.compile_cache.install()), so a node
     whose cluster tier is warm skips Inductor's lowering as well as its compiles."""
-    from . import _routes
+    from .. import KilnError
 
-    _routes.install(builds=True, caches=caches, triton=False, caches_optional=True)
+    install_builds()
+    if caches:
+        try:
+            _cache_backend.install_caches()
+        except KilnError as e:  # a torch without the seam: its kernels still go through kiln
+            if not getattr(install, "_warned", False):
+                install._warned = True
+                _log.warning("kiln.inductor: %s", e)
 
 
 def install_builds():
-    """The C++ builds alone (what install() adds to the other routes _routes turns on)."""
+    """The C++ builds alone (kiln.torch.compile_cache.install() turns them on with its caches)."""
     global _original, _original_header
     from .. import KilnError
 
@@ -392,9 +399,8 @@ def _header_file(header, hashable_cmd_line, **compile_command):
 
 def uninstall():
     """Gives Inductor its own compiler back (and torch.compile's caches their own storage)."""
-    from . import _routes
-
-    _routes.uninstall(builds=True, caches=True)
+    uninstall_builds()
+    _cache_backend.uninstall_caches()
 
 
 def uninstall_builds():
