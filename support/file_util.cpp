@@ -141,29 +141,13 @@ Result<int> open_beneath(int dir_fd, std::string_view relative, int flags, const
   return fd;
 }
 
-Result<std::string> read_regular_file(const std::string& path, uint64_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return errno_status("open " + path, errno);
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return errno_status("stat " + path, err);
-  }
-  std::string why = !S_ISREG(st.st_mode) ? " is not a regular file"
-                    : static_cast<uint64_t>(st.st_size) > max_bytes
-                        ? " is " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " it may have"
-                        : "";
-  if (!why.empty()) {
-    ::close(fd);
-    return invalid_argument(path + why);
-  }
-  return read_and_close(fd, st, path, max_bytes);
-}
+namespace {
 
-Result<std::string> read_file_beneath(int dir_fd, std::string_view relative, const std::string& shown,
-                                      const std::function<std::string(const struct stat&)>& refuse) {
-  KILN_ASSIGN_OR_RETURN(int fd, open_beneath(dir_fd, relative, O_RDONLY | O_NONBLOCK, shown));
+// The rest of a checked read of the open `fd`: its status from the descriptor, `refuse`'s answer
+// on it ("" to go on; else an error of `code`, "SHOWN: <answer>", and nothing read), then at most
+// max_bytes of it. So the file checked is the file read, whatever its path names meanwhile.
+Result<std::string> read_checked(int fd, const std::string& shown, const std::function<std::string(const struct stat&)>& refuse,
+                                 StatusCode code, uint64_t max_bytes) {
   struct stat st{};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
@@ -172,9 +156,28 @@ Result<std::string> read_file_beneath(int dir_fd, std::string_view relative, con
   }
   if (std::string why = refuse ? refuse(st) : std::string(); !why.empty()) {
     ::close(fd);
-    return Status(StatusCode::kPermissionDenied, shown + ": " + why);
+    return Status(code, shown + ": " + why);
   }
-  return read_and_close(fd, st, shown);
+  return read_and_close(fd, st, shown, max_bytes);
+}
+
+}  // namespace
+
+Result<std::string> read_regular_file(const std::string& path, uint64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno_status("open " + path, errno);
+  return read_checked(fd, path, [max_bytes](const struct stat& st) {
+    if (!S_ISREG(st.st_mode)) return std::string("not a regular file");
+    if (static_cast<uint64_t>(st.st_size) > max_bytes)
+      return std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " it may have";
+    return std::string();
+  }, StatusCode::kInvalidArgument, max_bytes);
+}
+
+Result<std::string> read_file_beneath(int dir_fd, std::string_view relative, const std::string& shown,
+                                      const std::function<std::string(const struct stat&)>& refuse) {
+  KILN_ASSIGN_OR_RETURN(int fd, open_beneath(dir_fd, relative, O_RDONLY | O_NONBLOCK, shown));
+  return read_checked(fd, shown, refuse, StatusCode::kPermissionDenied, UINT64_MAX);
 }
 
 Result<int> make_dirs_beneath(int dir_fd, std::string_view relative, unsigned mode, const std::string& shown) {
