@@ -399,23 +399,29 @@ std::vector<std::string> header_roots(const OpSpec& spec) {
 }
 
 Status check_manifest_headers(const std::vector<ManifestEntry>& manifest, const OpSpec& spec) {
-  std::vector<std::string> roots = header_roots(spec);
+  return check_manifest_labels(manifest, {"spec:", "kiln:", "kiln-cuda:", "kiln-hip:"}, header_roots(spec),
+                               [&spec](const std::string& label) { return path_for(label, spec); }, "a compile of " + spec.name);
+}
+
+Status check_manifest_labels(const std::vector<ManifestEntry>& manifest, const std::vector<std::string_view>& relative_prefixes,
+                             const std::vector<std::string>& roots, const std::function<std::string(const std::string&)>& path_of,
+                             const std::string& reader) {
   for (auto& e : manifest) {
     auto refuse = [&](const std::string& why) { return Status(StatusCode::kDataLoss, "the manifest's header '" + e.label + "' " + why); };
     std::string_view label = e.label;
     bool relative = false;
-    for (std::string_view prefix : {"spec:", "kiln:", "kiln-cuda:", "kiln-hip:"})
+    for (std::string_view prefix : relative_prefixes)
       if (label.substr(0, prefix.size()) == prefix) {
         label.remove_prefix(prefix.size());
         relative = true;
         break;
       }
     if (!plain_path(label, !relative)) return refuse("is not a plain path (empty, . or .. parts, or not where its kind says)");
-    std::string path = path_for(e.label, spec);
+    std::string path = path_of(e.label);
     if (std::none_of(roots.begin(), roots.end(), [&](const std::string& root) { return path_is_within(path, root); }))
-      return refuse("is outside the folders a compile of " + spec.name + " reads headers from");
+      return refuse("is outside the folders " + reader + " reads headers from");
     struct stat st{};
-    if (::stat(path.c_str(), &st) != 0) continue;  // not here: rehash_manifest says it is gone (a miss)
+    if (::stat(path.c_str(), &st) != 0) continue;  // not here: a rehash says it is gone (a miss)
     if (!S_ISREG(st.st_mode)) return refuse("is not a regular file");
     if (st.st_size > k_max_header_bytes)
       return refuse("is " + std::to_string(st.st_size) + " bytes, more than a header may be (" + std::to_string(k_max_header_bytes) + ")");
@@ -507,9 +513,14 @@ Result<std::vector<ManifestEntry>> decode_manifest(std::string_view text) {
 }
 
 std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<ManifestEntry>& manifest, const OpSpec& spec) {
+  return rehash_manifest(manifest, [&spec](const std::string& label) { return path_for(label, spec); });
+}
+
+std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<ManifestEntry>& manifest,
+                                                          const std::function<std::string(const std::string&)>& path_of) {
   std::vector<std::string> paths;
   paths.reserve(manifest.size());
-  for (auto& e : manifest) paths.push_back(path_for(e.label, spec));
+  for (auto& e : manifest) paths.push_back(path_of(e.label));
   auto hashes = memo_files_hash(paths);  // one pass, each folder opened once
   if (!hashes.ok()) return std::nullopt;
   std::vector<ManifestEntry> out;

@@ -2,6 +2,7 @@
 // the toolchain to use, the kernels the artifact will hold), and the cache keys for it.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -109,8 +110,17 @@ std::vector<std::string> header_roots(const OpSpec& spec);
 // store's compiles) are not checked again.
 Status check_manifest_headers(const std::vector<ManifestEntry>& manifest, const OpSpec& spec);
 
+// The same check for any compile's labels: a label starting with one of `relative_prefixes` is
+// a plain relative path after it, any other a plain absolute path; `path_of` maps it to the file
+// here, which must lie within one of `roots`. `reader` names the compile in messages.
+Status check_manifest_labels(const std::vector<ManifestEntry>& manifest, const std::vector<std::string_view>& relative_prefixes,
+                             const std::vector<std::string>& roots, const std::function<std::string(const std::string&)>& path_of,
+                             const std::string& reader);
+
 // Hashes the current content of each header the manifest names; nullopt when one is gone.
 std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<ManifestEntry>& manifest, const OpSpec& spec);
+std::optional<std::vector<ManifestEntry>> rehash_manifest(const std::vector<ManifestEntry>& manifest,
+                                                          const std::function<std::string(const std::string&)>& path_of);
 // From a compile's dependency list (sources excluded), with the files' current hashes.
 Result<std::vector<ManifestEntry>> manifest_from_dependencies(const std::vector<std::string>& deps,
                                                               const BuildRequest& request);

@@ -25,6 +25,7 @@
 
 #include "builders/op_builder.h"
 #include "builders/precompiled_headers.h"
+#include "builders/remote_lookup.h"
 #include "builders/spec.h"
 #include "builders/target.h"
 #include "cache/file_group.h"
@@ -197,6 +198,29 @@ class Ops {
   // A hit on an external artifact from this node's disk, counted with the compile time it saved
   // (also for the hits the API serves from a group's stamped folder, which read no blob).
   void count_disk_hit(cache::CompileCost saved);
+
+  // ---- Compiles another program runs that kiln keys like an op's (kiln cc: a compiler launched
+  // on one source): an input key over what is known before compiling, a manifest of the headers
+  // the compile read, and an artifact under the key the two make (builders/manifest_artifacts.cpp).
+  // How that program's headers are labeled, checked and found is the caller's (`headers`).
+  //
+  // The artifact `input` leads to with the headers as they are now: the local store's, else a
+  // remote tier's (its manifest checked by `headers` before any header is read, the artifact
+  // checked to be of `kind`, from `input` with those headers), then kept here. On a miss, the
+  // single flight of one compile per input key, as an op's: `claim` then holds the key for the
+  // caller, who compiles and calls store_through_manifest (or drops the claim).
+  Result<std::optional<cache::Artifact>> find_or_claim_through_manifest(const KeyParts& input, const ManifestHeaders& headers,
+                                                                        const std::string& kind, Claim& claim,
+                                                                        CacheOutcome* source = nullptr);
+  // The local lookup alone (no lock, no tier): what a hit in a fresh process costs.
+  Result<std::optional<cache::Artifact>> find_through_manifest_here(const KeyParts& input, const ManifestHeaders& headers,
+                                                                    CacheOutcome* source = nullptr);
+  // Stores a compile's result under artifact_key(input, headers) with its manifest, counts the
+  // compile, publishes both to the writable tiers and then lets `claim` go.
+  Status store_through_manifest(cache::ArtifactRecord record, const KeyParts& input, const std::vector<ManifestEntry>& headers,
+                                std::string_view bytes, std::unique_ptr<Claim> claim);
+  // Counts `name` in the store's counters (`kiln cache stats`), when there is a store.
+  void count(const std::string& name, int64_t delta = 1);
 
   Result<OpSpec> find_spec(const std::string& op) const;
   // The accelerator that runs a target: the chosen one when it matches, else by name.

@@ -44,8 +44,18 @@ std::optional<RemoteArtifact> fetch_through_manifest(cache::RemoteTiers& remote,
   return fetch_through_manifest(remote, store, input, spec, ExpectedArtifact{{std::string(kind)}, ""});
 }
 
+ManifestHeaders spec_manifest_headers(const OpSpec& spec) {
+  return ManifestHeaders{spec.name, [&spec](const std::vector<ManifestEntry>& m) { return check_manifest_headers(m, spec); },
+                         [&spec](const std::vector<ManifestEntry>& m) { return rehash_manifest(m, spec); }};
+}
+
 std::optional<RemoteArtifact> fetch_through_manifest(cache::RemoteTiers& remote, cache::Store& store, const KeyParts& input,
                                                      const OpSpec& spec, const ExpectedArtifact& expected) {
+  return fetch_through_manifest(remote, store, input, spec_manifest_headers(spec), expected);
+}
+
+std::optional<RemoteArtifact> fetch_through_manifest(cache::RemoteTiers& remote, cache::Store& store, const KeyParts& input,
+                                                     const ManifestHeaders& headers, const ExpectedArtifact& expected) {
   std::optional<Hash128> key;
   std::vector<ManifestEntry> current;
   std::string manifest_text;
@@ -53,12 +63,12 @@ std::optional<RemoteArtifact> fetch_through_manifest(cache::RemoteTiers& remote,
     KILN_ASSIGN_OR_RETURN(auto manifest, decode_manifest(payload));
     // Before any header it names is read: refused, like a tampered object, when it names what
     // kiln never writes (a device, a file outside the folders the compile reads).
-    KILN_RETURN_IF_ERROR(check_manifest_headers(manifest, spec));
-    if (auto rehashed = rehash_manifest(manifest, spec)) {
+    KILN_RETURN_IF_ERROR(headers.check(manifest));
+    if (auto rehashed = headers.rehash(manifest)) {
       key = artifact_key(input, *rehashed).key;
       current = std::move(*rehashed);
     } else {
-      KILN_LOG_AT(kDebug, "remote", spec.name + ": a header of the remote manifest is not here: a miss");
+      KILN_LOG_AT(kDebug, "remote", headers.what + ": a header of the remote manifest is not here: a miss");
     }
     manifest_text = payload;
     return {};
@@ -76,7 +86,7 @@ std::optional<RemoteArtifact> fetch_through_manifest(cache::RemoteTiers& remote,
     KILN_RETURN_IF_ERROR(check_remote_record(a.record, input, current, expected));
     // Only now kept. A store that cannot be written still serves this process from memory.
     if (Status kept = store.import_checked(a.record, blob); !kept.ok())
-      KILN_LOG_AT(kDebug, "remote", spec.name + ": artifact " + key->hex() + " checked but not kept here: " + kept.message());
+      KILN_LOG_AT(kDebug, "remote", headers.what + ": artifact " + key->hex() + " checked but not kept here: " + kept.message());
     got = RemoteArtifact{std::move(a), true};
     return {};
   });

@@ -2,6 +2,7 @@
 // an op's build (Ops) and a precompiled header (PrecompiledHeaders) both follow.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,17 @@ struct ExpectedArtifact {
 // (artifact_kind_for) or a cached compile error.
 ExpectedArtifact expected_op_artifact(const std::string& target);
 
+// How the headers a manifest names are found and checked here: an op's through its spec (the
+// overloads below), a launcher's compile (kiln cc) through its own labels.
+struct ManifestHeaders {
+  std::string what;  // names the compile in messages ("op gelu", "norm.cu")
+  // Before any header it names is read: kDataLoss when a label is not one this compile may read.
+  std::function<Status(const std::vector<ManifestEntry>&)> check;
+  // The headers' current content hashes, in order; nullopt when one is gone (a miss).
+  std::function<std::optional<std::vector<ManifestEntry>>(const std::vector<ManifestEntry>&)> rehash;
+};
+ManifestHeaders spec_manifest_headers(const OpSpec& spec);
+
 // The artifact of `input` from the remote tiers: its manifest fetched, its labels checked
 // (check_manifest_headers: nothing outside the folders the compile reads, no device or FIFO, no
 // header past the cap) and rehashed here (a header that differs here, another torch or another
@@ -39,6 +51,8 @@ ExpectedArtifact expected_op_artifact(const std::string& target);
 // kept. nullopt: a miss (what went wrong is logged by the tiers, at debug level here).
 std::optional<RemoteArtifact> fetch_through_manifest(cache::RemoteTiers& remote, cache::Store& store, const KeyParts& input,
                                                      const OpSpec& spec, const ExpectedArtifact& expected);
+std::optional<RemoteArtifact> fetch_through_manifest(cache::RemoteTiers& remote, cache::Store& store, const KeyParts& input,
+                                                     const ManifestHeaders& headers, const ExpectedArtifact& expected);
 // The same for one kind, of any target (a precompiled header: "pch").
 std::optional<RemoteArtifact> fetch_through_manifest(cache::RemoteTiers& remote, cache::Store& store, const KeyParts& input,
                                                      const OpSpec& spec, std::string_view kind);

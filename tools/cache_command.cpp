@@ -94,12 +94,22 @@ std::vector<std::pair<std::string, std::map<std::string, int64_t>>> tier_counter
   return out;
 }
 
+// kiln cc's commands that ran the compiler untouched ("cc|untouched|<reason>", blanks as '_'), by reason.
+std::map<std::string, int64_t> not_cached_counters(const std::map<std::string, int64_t>& counters) {
+  std::map<std::string, int64_t> out;
+  constexpr std::string_view k_prefix = "cc|untouched|";
+  for (auto& [name, value] : counters)
+    if (name.rfind(k_prefix, 0) == 0 && value) out[name.substr(k_prefix.size())] = value;
+  return out;
+}
+
 int stats(const ParsedArgs& args, cache::Store& store) {
   auto s = store.statistics();
   if (!s.ok()) return fail(s.status());
   auto c = s->counters;
   int64_t hits = c["hits_memory"] + c["hits_disk"] + c["hits_remote"];
   auto tiers = tier_counters(c);
+  auto not_cached = not_cached_counters(c);
   if (args.has("--json")) {
     std::cout << "{\"hits\":" << hits << ",\"misses\":" << c["misses"] << ",\"compiles\":" << c["compiles"]
               << ",\"evictions\":" << c["evictions"] << ",\"repairs\":" << c["repairs"] << ",\"adopted\":" << c["adopted"]
@@ -116,7 +126,13 @@ int stats(const ParsedArgs& args, cache::Store& store) {
       for (auto& [name, value] : tiers[i].second) std::cout << "," << json_string(name) << ":" << value;
       std::cout << "}";
     }
-    std::cout << "]}\n";
+    std::cout << "],\"cc_not_cached\":{";
+    bool first = true;
+    for (auto& [reason, n] : not_cached) {
+      std::cout << (first ? "" : ",") << json_string(reason) << ":" << n;
+      first = false;
+    }
+    std::cout << "}}\n";
     return 0;
   }
   double ratio = s->blob_bytes ? static_cast<double>(s->raw_bytes) / static_cast<double>(s->blob_bytes) : 0;
@@ -137,6 +153,15 @@ int stats(const ParsedArgs& args, cache::Store& store) {
             << "evictions           " << c["evictions"] << "\n"
             << "repairs             " << c["repairs"] << "\n"
             << "adopted             " << c["adopted"] << " (blobs the index lacked, indexed again)\n";
+  if (!not_cached.empty()) {
+    int64_t total = 0;
+    std::string reasons;
+    for (auto& [reason, n] : not_cached) {
+      total += n;
+      reasons += (reasons.empty() ? "" : ", ") + reason + " " + std::to_string(n);
+    }
+    std::cout << "kiln cc, not cached " << total << " (the compiler ran untouched: " << reasons << ")\n";
+  }
   for (auto& [tier, t] : tiers) {
     auto get = [&](const char* n) { auto it = t.find(n); return it == t.end() ? int64_t{0} : it->second; };
     std::cout << "remote " << tier << "\n"

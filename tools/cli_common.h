@@ -49,6 +49,8 @@ std::string cache_json(const builders::BuildOutcome& o);
 
 // `kiln warm` (warm_command.cpp).
 int cmd_warm(const std::vector<std::string>& argv, const GlobalOptions& global);
+// kiln cc: the compiler launcher (tools/cc_command.cpp).
+int cmd_cc(const std::vector<std::string>& argv, const GlobalOptions& global);
 
 // `kiln config` (config_command.cpp).
 int cmd_config(const std::vector<std::string>& argv, const GlobalOptions& global);
