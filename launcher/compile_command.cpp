@@ -66,7 +66,18 @@ struct Parse {
     if (!fail) fail = std::move(why);
   }
   void key(const std::string& a) { cmd.key_args.push_back(a); }
-  void key_path(const std::string& option, const std::string& path) { cmd.key_args.push_back(option + "\x1f" + paths.label(path)); }
+  // A path by its label, and a relative one by its spelling too: the compiler writes a relative
+  // name into the depfile as it was given, and a hit replays that depfile, so `../src/a.c` from
+  // one build folder and `../../src/a.c` from a deeper one must not share.
+  void key_path(const std::string& option, const std::string& path) {
+    std::string spelled = !path.empty() && path[0] == '/' ? std::string() : "\x1f" + path;
+    cmd.key_args.push_back(option + "\x1f" + paths.label(path) + spelled);
+  }
+  // An input, keyed where it stands: -x applies to the inputs after it.
+  void input(const std::string& path) {
+    inputs.push_back(path);
+    key_path("input", path);
+  }
   void include_dir(const std::string& option, const std::string& dir) {
     key_path(option, dir);
     cmd.include_dirs.push_back(absolute_path(dir.empty() || dir[0] == '/' ? dir : paths.cwd() + "/" + dir));
@@ -82,11 +93,17 @@ constexpr std::array<std::string_view, 11> k_gcc_path_options = {"-isystem", "-i
 constexpr std::array<std::string_view, 6> k_gcc_value_options = {"-D", "-U", "-x", "--param", "-target", "-Xassembler"};
 // Option prefixes kiln cannot key or replay: they load code into the compiler, read files no
 // depfile names, write files besides the output, or preprocess only.
-constexpr std::array<std::string_view, 25> k_gcc_refused = {
+constexpr auto k_gcc_refused = std::to_array<std::string_view>({
     "-fplugin",      "-specs",         "--specs",       "-B",        "-fprofile-use", "-fprofile-sample-use", "-fauto-profile",
     "-fprofile-arcs", "--coverage",    "-ftest-coverage", "-save-temps", "--save-temps", "-Xclang",           "-Xpreprocessor",
     "-Wp,",          "-fmodules",      "-fdump-",       "-fstack-usage", "-fcallgraph-info", "-gsplit-dwarf", "-MJ",
-    "-fcreate-profile", "-fprofile-generate", "-fprofile-instr", "-ftime-trace"};
+    "-fcreate-profile", "-fprofile", "-ftime-trace", "-fpass-plugin", "-fbranch-probabilities", "-fmodule-", "-fopt-info",
+    "-fsave-optimization-record", "-fdiagnostics-format=sarif", "-fdiagnostics-format=json-file", "-fdiagnostics-add-output"});
+// An option whose meaning is this machine's CPU or GPU ("-march=native", nvcc's -arch=native).
+bool names_this_host(std::string_view arg) {
+  return arg == "native" || (arg.size() >= 7 && arg.substr(arg.size() - 7) == "=native");
+}
+
 // Families of options kept in the key as written.
 constexpr std::array<std::string_view, 14> k_gcc_flag_prefixes = {"-O", "-g", "-f", "-W", "-m", "-std=", "-pedantic", "-l", "-L",
                                                                   "--param=", "--target=", "-Wa,", "-Wl,", "-nostd"};
@@ -109,7 +126,7 @@ void parse_gcc(Parse& p) {
     if (arg[0] == '@') return p.refuse("response file");
     if (arg == "-") return p.refuse("source from stdin");
     if (arg[0] != '-') {
-      p.inputs.push_back(arg);
+      p.input(arg);
       continue;
     }
     if (arg == "-c") {
@@ -149,6 +166,8 @@ void parse_gcc(Parse& p) {
     }
     if (std::any_of(k_gcc_refused.begin(), k_gcc_refused.end(), [&](std::string_view r) { return has_prefix(arg, r); }))
       return p.refuse(arg.substr(0, std::min<size_t>(arg.size(), 32)));
+    // What this host is (-march=native): a key shared with other machines cannot say it.
+    if (names_this_host(arg)) return p.refuse(arg);
     bool matched = false;
     for (std::string_view o : k_gcc_path_options) {
       if (!has_prefix(arg, o)) continue;
@@ -251,6 +270,18 @@ constexpr NvOption k_nvcc_options[] = {
     {"-L", "--library-path", NvKind::kValue},
     {"-l", "--library", NvKind::kValue},
     {"-jump-table-density", "--jump-table-density", NvKind::kValue},
+    {"-compress-mode", "--compress-mode", NvKind::kValue},
+    {"-device-stack-protector", "--device-stack-protector", NvKind::kValue},
+    {"-frandom-seed", "--frandom-seed", NvKind::kValue},
+    {"-allow-expensive-optimizations", "--allow-expensive-optimizations", NvKind::kValue},
+    {"-no-compress", "--no-compress", NvKind::kFlag},
+    {"-extra-device-vectorization", "--extra-device-vectorization", NvKind::kFlag},
+    {"-err-no", "--display-error-number", NvKind::kFlag},
+    {"-no-err-no", "--no-display-error-number", NvKind::kFlag},
+    {"-no-host-device-initializer-list", "--no-host-device-initializer-list", NvKind::kFlag},
+    {"-no-host-device-move-forward", "--no-host-device-move-forward", NvKind::kFlag},
+    {"-ewp", "--extensible-whole-program", NvKind::kFlag},
+    {"-Wmissing-launch-bounds", "--Wmissing-launch-bounds", NvKind::kFlag},
     {"-lineinfo", "--generate-line-info", NvKind::kFlag},
     {"-use_fast_math", "--use_fast_math", NvKind::kFlag},
     {"-expt-relaxed-constexpr", "--expt-relaxed-constexpr", NvKind::kFlag},
@@ -318,7 +349,7 @@ void parse_nvcc(Parse& p) {
     if (arg[0] == '@') return p.refuse("response file");
     if (arg == "-") return p.refuse("source from stdin");
     if (arg[0] != '-') {
-      p.inputs.push_back(arg);
+      p.input(arg);
       continue;
     }
     std::string name = arg, value;
@@ -379,10 +410,20 @@ void parse_nvcc(Parse& p) {
       case NvKind::kInclude: p.include_dir(canonical, value); break;
       case NvKind::kPath: p.key_path(canonical, value); break;
       case NvKind::kValue:
-        if (canonical == "-Xcompiler" && (value.find("-fplugin") != std::string::npos || value.find("-MD") != std::string::npos ||
-                                          value.find("-MF") != std::string::npos || value.find("-B") != std::string::npos ||
-                                          value.find('@') != std::string::npos))
-          return p.refuse("-Xcompiler " + value.substr(0, 32));
+        if (canonical != "-Xcompiler" && names_this_host(value)) return p.refuse(canonical + " native");
+        if (canonical == "-Xcompiler") {
+          // The host compiler's options, ','-separated: each held to what parse_gcc refuses.
+          for (size_t at = 0; at <= value.size();) {
+            size_t comma = std::min(value.find(',', at), value.size());
+            std::string item = value.substr(at, comma - at);
+            at = comma + 1;
+            bool refused = item.empty() ? false
+                                        : item[0] == '@' || has_prefix(item, "-M") || has_prefix(item, "-E") || names_this_host(item) ||
+                                              std::any_of(k_gcc_refused.begin(), k_gcc_refused.end(),
+                                                          [&](std::string_view r) { return has_prefix(item, r); });
+            if (refused) return p.refuse("-Xcompiler " + item.substr(0, 32));
+          }
+        }
         if (canonical == "-Xcompiler" && value.find("-g") != std::string::npos) p.cmd.debug_info = true;
         p.key(canonical + "\x1f" + value);
         break;
@@ -431,8 +472,7 @@ std::variant<CompileCommand, NotCacheable> parse_compile_command(CompilerFamily 
   if (p.cmd.output == "-" || p.cmd.output == "/dev/null") return NotCacheable{"output is not a file"};
   // The output's name enters the key as a label: nvcc names device code after it (-dc), and a
   // depfile's target is it.
-  p.cmd.key_args.push_back("output\x1f" + paths.label(p.cmd.output));
-  p.cmd.key_args.push_back("source\x1f" + paths.label(p.cmd.source));
+  p.key_path("output", p.cmd.output);
   return std::move(p.cmd);
 }
 

@@ -40,9 +40,29 @@ Result<std::vector<DepRule>> parse_depfile(std::string_view text) {
     } else if (c == '\\' && n == '\r' && i + 2 < text.size() && text[i + 2] == '\n') {
       end_word();
       i += 2;
-    } else if (c == '\\' && (n == ' ' || n == '#' || n == '\\' || n == ':')) {
-      add(n);
-      ++i;
+    } else if (c == '\\') {
+      // As GCC writes (and ninja and make read) a name: a run of backslashes before a blank or a
+      // '#' is doubled, and one more escapes that character; anywhere else a backslash is itself.
+      size_t run = 1;
+      while (i + run < text.size() && text[i + run] == '\\') ++run;
+      char after = i + run < text.size() ? text[i + run] : '\0';
+      if (after == ' ' || after == '\t' || after == '#') {
+        word.append(run / 2, '\\');
+        have_word = true;
+        if (run % 2) {
+          add(after);
+          i += run;  // the escaped character too
+        } else {
+          i += run - 1;  // the character after the run ends the word (or starts a comment)
+        }
+      } else if (after == ':' && run == 1) {
+        add(':');
+        ++i;
+      } else {
+        word.append(run, '\\');
+        have_word = true;
+        i += run - 1;
+      }
     } else if (c == '$' && n == '$') {
       add('$');
       ++i;
@@ -65,10 +85,15 @@ Result<std::vector<DepRule>> parse_depfile(std::string_view text) {
 std::string render_depfile(const std::vector<DepRule>& rules) {
   auto escape = [](const std::string& name) {
     std::string out;
+    size_t backslashes = 0;  // the run just written
     for (char c : name) {
-      if (c == ' ' || c == '#' || c == '\\') out += '\\';
+      if (c == ' ' || c == '\t' || c == '#') {
+        out.append(backslashes, '\\');  // the run doubled, then one more for the character
+        out += '\\';
+      }
       if (c == '$') out += '$';
       out += c;
+      backslashes = c == '\\' ? backslashes + 1 : 0;
     }
     return out;
   };

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,8 +38,8 @@ namespace {
 using builders::ManifestEntry;
 
 constexpr const char* k_kind = "cc-output";
-// The most a compiler may print on either stream before kiln stops keeping it (it is still
-// shown): a log is replayed on every hit, not archived.
+// The most a compiler may print on either stream for the compile to be kept: a log is replayed
+// on every hit, not archived. All of it is shown either way.
 constexpr size_t k_max_kept_output = size_t{16} << 20;
 // The largest output kept: the store's own cap on one artifact (cache/remote.h's object cap).
 constexpr uint64_t k_max_output_bytes = uint64_t{2} << 30;
@@ -91,7 +92,7 @@ std::string read_memfd(int fd) {
   std::string out;
   struct stat st{};
   if (::fstat(fd, &st) != 0) return out;
-  out.resize(std::min<size_t>(static_cast<size_t>(st.st_size), k_max_kept_output));
+  out.resize(static_cast<size_t>(st.st_size));
   size_t got = 0;
   while (got < out.size()) {
     ssize_t n = ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(got));
@@ -242,6 +243,21 @@ std::vector<std::string> header_roots(const CompileCommand& cmd, const PathLabel
   return roots;
 }
 
+// A command whose result is not in the cache, by reason (`kiln cache stats`). A counter's name
+// holds no blank (cache/store.h): "unknown option -foo" is counted as "unknown_option_-foo".
+void count_not_cached(builders::Ops& ops, const std::string& reason) {
+  std::string name = "cc|not_cached|" + reason.substr(0, 96);
+  std::replace_if(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) <= ' '; }, '_');
+  ops.count(name);
+}
+
+// A name a depfile may hold, as kiln writes it back: no control character (a tab or a newline
+// would split it), no ';' (make reads what follows as a recipe), not empty.
+bool safe_depfile_name(std::string_view name) {
+  if (name.empty()) return false;
+  return std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == ';'; });
+}
+
 // A depfile's names as a node-independent text: each absolute name as its label (paths.h), each
 // relative one as it is (ninja matches a depfile's target against the output's name as written),
 // one per line: "T <name>" a target, "P <name>" a prerequisite, "R" a new rule.
@@ -270,6 +286,7 @@ Result<std::vector<DepRule>> unlabel_depfile(std::string_view text, const PathLa
     if (rules.empty() || line.size() < 2 || (line[0] != 'T' && line[0] != 'P') || (line[1] != 'L' && line[1] != 'N'))
       return Status(StatusCode::kDataLoss, "a stored depfile has a line kiln does not write");
     std::string name(line.substr(2));
+    if (!safe_depfile_name(name)) return Status(StatusCode::kDataLoss, "a stored depfile names a file no compiler writes");
     if (line[1] == 'L') {
       name = paths.path_of(name);
       if (name.empty()) return Status(StatusCode::kDataLoss, "a stored depfile names a base folder this node lacks");
@@ -299,6 +316,30 @@ Result<std::vector<ManifestEntry>> manifest_of(const std::vector<DepRule>& rules
 }
 
 std::string lookup_what(const CompileCommand& cmd) { return std::string(family_name(cmd.family)) + " " + cmd.source; }
+
+// Why a source cannot be keyed by its content alone, or "": it names the time of its compile
+// (__DATE__, __TIME__, __TIMESTAMP__) or pulls a file in with the assembler's .incbin, which no
+// depfile lists. (Headers are not scanned: a __has_include that finds a header created later,
+// or a header that shadows another in the search path, is missed as ccache's depend mode
+// misses it; docs/LLM-SERVING.md.)
+std::string unkeyable_source(const std::string& path) {
+  auto text = read_regular_file(path, uint64_t{64} << 20);
+  if (!text.ok()) return "source unreadable";
+  for (std::string_view word : {"__DATE__", "__TIME__", "__TIMESTAMP__", ".incbin"})
+    if (text->find(word) != std::string::npos) return std::string(word) + " in the source";
+  return "";
+}
+
+// True when every file the compile read is as old as the compile: a file saved while the
+// compiler ran may have been read before or after the save, so its hash says nothing about the
+// object (the source is compared by its hash before and after instead).
+bool settled_before(const std::vector<ManifestEntry>& manifest, const PathLabels& paths, int64_t start_ns) {
+  for (auto& e : manifest) {
+    auto st = file_stamp(paths.path_of(e.label));
+    if (!st.ok() || st->mtime_ns >= start_ns || st->ctime_ns >= start_ns) return false;
+  }
+  return true;
+}
 
 // A hit: the output and depfile written where the build asked, and the compiler's words again.
 Status serve_hit(const cache::Artifact& hit, const CompileCommand& cmd, const PathLabels& paths) {
@@ -331,8 +372,12 @@ CudaHomeResult write_cuda_home(const std::string& dir_arg, const std::string& cu
   std::string dir = absolute_path(dir_arg), cuda_home = real_path(absolute_path(cuda_home_arg));
   auto fail = [](const std::string& why) { return CudaHomeResult{false, why}; };
   if (::access((cuda_home + "/bin/nvcc").c_str(), X_OK) != 0) return fail(cuda_home + "/bin/nvcc is not an executable: not a CUDA toolkit");
-  if (path_is_within(dir, cuda_home) || path_is_within(cuda_home, dir)) return fail(dir + " and the toolkit " + cuda_home + " overlap");
   if (Status st = make_dirs(dir + "/bin", 0755); !st.ok()) return fail(st.message());
+  // Compared as the kernel will follow them: a folder that is, or leads through a link into, the
+  // toolkit itself (`--cuda-home /usr/local/cuda`, a link to cuda-13.0) must never be written.
+  for (const std::string& mine : {real_path(dir), real_path(dir + "/bin")})
+    if (path_is_within(mine, cuda_home) || path_is_within(cuda_home, mine))
+      return fail(dir + " is or lies in the toolkit " + cuda_home + " (or holds it): choose a folder of its own");
   auto quote = [](const std::string& s) {
     std::string out = "'";
     for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -350,7 +395,12 @@ CudaHomeResult write_cuda_home(const std::string& dir_arg, const std::string& cu
       char buf[PATH_MAX];
       ssize_t len = ::readlink(link.c_str(), buf, sizeof buf - 1);
       if (len >= 0 && std::string(buf, static_cast<size_t>(len)) == target) continue;
-      ::unlink(link.c_str());
+      struct stat st{};
+      // Only a link (one kiln made for another toolkit) is replaced; anything else is left alone.
+      if (::lstat(link.c_str(), &st) == 0) {
+        if (!S_ISLNK(st.st_mode)) return Status(StatusCode::kInvalidArgument, link + " exists and is not a link: not a folder kiln made");
+        ::unlink(link.c_str());
+      }
       if (::symlink(target.c_str(), link.c_str()) != 0)
         return Status(StatusCode::kIoError, "cannot link " + link + ": " + std::strerror(errno));
     }
@@ -391,11 +441,7 @@ int run_launcher(const std::string& compiler_arg, const std::vector<std::string>
   }
   auto not_cached = [&](const std::string& reason) {
     KILN_LOG_AT(kDebug, "cc", "not cached (" + reason + "): " + compiler);
-    // A counter's name holds no blank (cache/store.h): "unknown option -foo" is counted as
-    // "unknown_option_-foo".
-    std::string name = "cc|untouched|" + reason;
-    std::replace_if(name.begin(), name.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n'; }, '_');
-    (*ops)->count(name);
+    count_not_cached(**ops, reason);
     ops->reset();  // its counters written before the exec
     exec_compiler(compiler, args);
   };
@@ -407,6 +453,10 @@ int run_launcher(const std::string& compiler_arg, const std::vector<std::string>
   // ---- The input key.
   cache::KeyBuilder key("cc", /*keep_components=*/true);
   if (Status id = add_identity(key, compiler, cmd); !id.ok()) not_cached("compiler identity: " + id.message());
+  // The name it was called by: Clang takes its language and target from it (clang, clang++,
+  // aarch64-linux-gnu-clang all one binary), GCC its language (g++ compiles a .c file as C++).
+  key.add("compiler-name", compiler_arg.substr(compiler_arg.rfind('/') + 1));
+  if (std::string why = unkeyable_source(paths.path_of(paths.label(cmd.source))); !why.empty()) not_cached(why);
   key.add("mode", cmd.mode);
   for (auto& a : cmd.key_args) key.add("arg", a);
   for (const char* var : k_environment_in_key)
@@ -447,6 +497,11 @@ int run_launcher(const std::string& compiler_arg, const std::vector<std::string>
 
   // ---- A miss: the real compiler, with a depfile of every header it reads.
   std::string dep_out = (cmd.depfile.empty() ? cmd.output : cmd.depfile) + ".kiln-" + std::to_string(::getpid()) + ".d";
+  // The clock file times come from (the kernel's coarse one, a tick behind the precise clock):
+  // a save after this instant has a time at or after it.
+  struct timespec coarse{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &coarse);
+  int64_t start_ns = int64_t{coarse.tv_sec} * 1000000000 + coarse.tv_nsec;
   auto run = run_compiler(compiler, cmd.compile_args(dep_out));
   if (!run.ok()) {
     ::unlink(dep_out.c_str());
@@ -470,6 +525,22 @@ int run_launcher(const std::string& compiler_arg, const std::vector<std::string>
   auto object = read_regular_file(cmd.output, k_max_output_bytes);
   if (!manifest.ok() || !object.ok()) {
     warn("not cached: " + (manifest.ok() ? object.status().message() : manifest.status().message()));
+    return 0;
+  }
+  // Kept only when what was hashed is what the compiler read, and what it printed can be replayed.
+  auto source_after = memo_file_hash(paths.path_of(paths.label(cmd.source)));
+  std::string unkept;
+  if (!source_after.ok() || !(source_after.value() == source_hash.value()) || !settled_before(*manifest, paths, start_ns))
+    unkept = "a file it read changed while it compiled";
+  else if (run->out.size() > k_max_kept_output || run->err.size() > k_max_kept_output)
+    unkept = "it printed more than " + std::to_string(k_max_kept_output >> 20) + " MiB";
+  for (auto& r : *rules)
+    for (auto* names : {&r.targets, &r.prerequisites})
+      for (auto& n : *names)
+        if (unkept.empty() && !safe_depfile_name(n)) unkept = "its depfile names a file with a ';' or a control character";
+  if (!unkept.empty()) {
+    KILN_LOG_AT(kInfo, "cc", lookup_what(cmd) + ": compiled, not kept: " + unkept);
+    count_not_cached(**ops, "compiled, not kept: " + unkept);
     return 0;
   }
   std::string labeled = label_depfile(*rules, paths);

@@ -94,10 +94,10 @@ std::vector<std::pair<std::string, std::map<std::string, int64_t>>> tier_counter
   return out;
 }
 
-// kiln cc's commands that ran the compiler untouched ("cc|untouched|<reason>", blanks as '_'), by reason.
+// kiln cc's commands whose result is not in the cache ("cc|not_cached|<reason>", blanks as '_'), by reason.
 std::map<std::string, int64_t> not_cached_counters(const std::map<std::string, int64_t>& counters) {
   std::map<std::string, int64_t> out;
-  constexpr std::string_view k_prefix = "cc|untouched|";
+  constexpr std::string_view k_prefix = "cc|not_cached|";
   for (auto& [name, value] : counters)
     if (name.rfind(k_prefix, 0) == 0 && value) out[name.substr(k_prefix.size())] = value;
   return out;
@@ -160,7 +160,7 @@ int stats(const ParsedArgs& args, cache::Store& store) {
       total += n;
       reasons += (reasons.empty() ? "" : ", ") + reason + " " + std::to_string(n);
     }
-    std::cout << "kiln cc, not cached " << total << " (the compiler ran untouched: " << reasons << ")\n";
+    std::cout << "kiln cc, not cached " << total << " (" << reasons << ")\n";
   }
   for (auto& [tier, t] : tiers) {
     auto get = [&](const char* n) { auto it = t.find(n); return it == t.end() ? int64_t{0} : it->second; };

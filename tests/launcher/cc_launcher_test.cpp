@@ -54,6 +54,14 @@ TEST(Depfile, RendersWhatItReadsBack) {
   EXPECT_EQ((*back)[1].targets, rules[1].targets);
 }
 
+TEST(Depfile, BackslashesAreReadAndWrittenAsGccWritesThem) {
+  // GCC writes a lone backslash as it is, and doubles a run of them before an escaped blank.
+  auto rules = launcher::parse_depfile("a.o: x\\y.h a\\\\\\ b.h c\\#d.h\n");
+  ASSERT_TRUE(rules.ok()) << rules.status().message();
+  EXPECT_EQ((*rules)[0].prerequisites, (std::vector<std::string>{"x\\y.h", "a\\ b.h", "c#d.h"}));
+  EXPECT_EQ(launcher::render_depfile(*rules), "a.o: \\\n  x\\y.h \\\n  a\\\\\\ b.h \\\n  c\\#d.h\n");
+}
+
 TEST(Depfile, TextThatIsNotRulesIsRefused) {
   EXPECT_FALSE(launcher::parse_depfile("a.o b.h c.h\n").ok());
   EXPECT_FALSE(launcher::parse_depfile(": b.h\n").ok());
@@ -102,6 +110,14 @@ TEST(CompileCommand, NinjasGccCompileIsCachedAndMovesWithItsWorkspace) {
   EXPECT_EQ(c1.key_args, c2.key_args) << "a moved workspace keys the same";
   auto c3 = parse_ok(CompilerFamily::kGcc, args1, PathLabels("/ws1/o", {}));
   EXPECT_NE(c1.key_args, c3.key_args) << "outside any base, paths stay absolute";
+  // A relative path keys its spelling too: the depfile a hit replays spells it so.
+  auto near = parse_ok(CompilerFamily::kGcc, {"-c", "../src/a.c", "-o", "a.o"}, PathLabels("/p/b1", {"/p"}));
+  auto deep = parse_ok(CompilerFamily::kGcc, {"-c", "../../src/a.c", "-o", "a.o"}, PathLabels("/p/b2/deep", {"/p"}));
+  EXPECT_NE(near.key_args, deep.key_args);
+  // -x applies to the inputs after it: where the source stands is keyed.
+  auto before = parse_ok(CompilerFamily::kGcc, {"-c", "-x", "c", "f.cpp"}, PathLabels("/p", {}));
+  auto after = parse_ok(CompilerFamily::kGcc, {"-c", "f.cpp", "-x", "c"}, PathLabels("/p", {}));
+  EXPECT_NE(before.key_args, after.key_args);
   // On a miss the depfile is asked for with every header, to a file of kiln's.
   auto run = c1.compile_args("/tmp/d");
   EXPECT_EQ(std::count(run.begin(), run.end(), "-MMD"), 0);
@@ -113,7 +129,7 @@ TEST(CompileCommand, FlashInfersNvccCompileIsCached) {
                     {"--generate-dependencies-with-compile", "-MF", "norm.cuda.o.d", "-DPy_LIMITED_API=0x03090000",
                      "-D_GLIBCXX_USE_CXX11_ABI=1", "-I/fi/include", "-isystem", "/usr/local/cuda/include", "--compiler-options=-fPIC",
                      "--expt-relaxed-constexpr", "-static-global-template-stub=false", "-gencode=arch=compute_90a,code=sm_90a",
-                     "-O3", "-std=c++17", "--threads=4", "-use_fast_math", "-c", "/fi/csrc/norm.cu", "-o", "norm.cuda.o"},
+                     "-O3", "-std=c++17", "--threads=4", "-use_fast_math", "-Xfatbin=-compress-all", "--compress-mode=size", "-c", "/fi/csrc/norm.cu", "-o", "norm.cuda.o"},
                     PathLabels("/b", {}));
   EXPECT_EQ(c.mode, "object");
   EXPECT_EQ(c.depfile, "norm.cuda.o.d");
@@ -145,6 +161,14 @@ TEST(CompileCommand, WhatKilnCannotKeyOrReplayRunsUntouched) {
   EXPECT_EQ(refusal(CompilerFamily::kNvcc, {"k.o", "-o", "k.so", "-shared"}), "link (no -c, -dc, -cubin, -ptx or -fatbin)");
   EXPECT_EQ(refusal(CompilerFamily::kNvcc, {"-c", "k.cu", "-Xcompiler", "-fplugin=x.so"}), "-Xcompiler -fplugin=x.so");
   EXPECT_EQ(refusal(CompilerFamily::kNvcc, {"-c", "k.cu", "--no-such-thing"}), "unknown option --no-such-thing");
+  // What names this machine cannot be keyed for another.
+  EXPECT_EQ(refusal(CompilerFamily::kGcc, {"-c", "a.c", "-march=native"}), "-march=native");
+  EXPECT_EQ(refusal(CompilerFamily::kNvcc, {"-c", "k.cu", "-arch=native"}), "-arch native");
+  EXPECT_EQ(refusal(CompilerFamily::kNvcc, {"-c", "k.cu", "-Xcompiler", "-fPIC,-mtune=native"}), "-Xcompiler -mtune=native");
+  // Each of -Xcompiler's options is held to what a host compile refuses.
+  EXPECT_EQ(refusal(CompilerFamily::kNvcc, {"-c", "k.cu", "-Xcompiler=-fPIC,-fprofile-use=x"}), "-Xcompiler -fprofile-use=x");
+  EXPECT_EQ(refusal(CompilerFamily::kGcc, {"-c", "a.c", "-fpass-plugin=x.so"}), "-fpass-plugin=x.so");
+  EXPECT_EQ(refusal(CompilerFamily::kGcc, {"-c", "a.c", "-fsave-optimization-record"}), "-fsave-optimization-record");
   EXPECT_EQ(launcher::family_of("/usr/bin/x86_64-linux-gnu-g++-12"), CompilerFamily::kGcc);
   EXPECT_EQ(launcher::family_of("clang++-22"), CompilerFamily::kClang);
   EXPECT_EQ(launcher::family_of("/usr/local/cuda/bin/nvcc"), CompilerFamily::kNvcc);
@@ -235,6 +259,72 @@ TEST_F(CcLauncher, AFailedCompileFailsAsTheCompilerDoesAndIsNotKept) {
     EXPECT_NE(r.err.find("undeclared_name"), std::string::npos) << r.err;
   }
   EXPECT_EQ(compiles("ws"), 2) << "each run compiles: a failure is not kept";
+}
+
+TEST_F(CcLauncher, TheNameTheCompilerIsCalledByIsInTheKey) {
+  // One script under two names, as cc and c++ (or clang and clang++) are one binary: it compiles
+  // C as c... and C++ as c++..., so f.c makes a C symbol through one and a C++ one through the other.
+  m_dir.write("tools/driver", "#!/bin/sh\ncase \"$*\" in *' -c '*) echo \"$*\" >> \"$CC_TEST_LOG\";; esac\n"
+                              "case \"$0\" in *c++) exec /usr/bin/g++ \"$@\";; *) exec /usr/bin/gcc \"$@\";; esac\n");
+  ::chmod((m_dir / "tools/driver").c_str(), 0755);
+  ASSERT_EQ(::symlink((m_dir / "tools/driver").c_str(), (m_dir / "tools/cc").c_str()), 0);
+  ASSERT_EQ(::symlink((m_dir / "tools/driver").c_str(), (m_dir / "tools/c++").c_str()), 0);
+  m_dir.write("ws/src/f.c", "int f(void) { return 1; }\n");
+  m_dir.write("ws/build/.keep", "");
+  for (std::string name : {"cc", "c++"}) {
+    auto r = run_process(cc("ws", "cache", "", {m_dir / ("tools/" + name), "-O0", "-c", "../src/f.c", "-o", name + ".o"}), env("ws"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  EXPECT_EQ(compiles("ws"), 2);
+  EXPECT_NE(file("ws/build/cc.o"), file("ws/build/c++.o"));
+}
+
+TEST_F(CcLauncher, ASourceThatNamesTheTimeIsCompiledEachTime) {
+  m_dir.write("ws/src/when.cpp", "const char* when() { return __DATE__ \" \" __TIME__; }\n");
+  m_dir.write("ws/build/.keep", "");
+  for (int i = 0; i < 2; ++i)
+    ASSERT_EQ(run_process(cc("ws", "cache", "", {m_dir / "tools/g++", "-O0", "-c", "../src/when.cpp", "-o", "when.o"}), env("ws")).exit_code, 0);
+  EXPECT_EQ(compiles("ws"), 2);
+  auto stats = run_process({testing::kiln_binary(), "--cache-dir", m_dir / "cache", "cache", "stats", "--json"});
+  EXPECT_NE(stats.out.find("\"__DATE___in_the_source\":2"), std::string::npos) << stats.out;
+}
+
+TEST_F(CcLauncher, AHeaderSavedWhileItCompilesIsNotKept) {
+  // A compiler that saves a header as it starts (an editor's save during a long nvcc compile):
+  // what it read may be either version, so the result is not kept under the new one's hash.
+  m_dir.write("saving/g++", "#!/bin/sh\ncase \"$*\" in *' -c '*) echo \"$*\" >> \"$CC_TEST_LOG\"; "
+                            "echo 'inline int twice(int x) { return x << 1; }' > \"$SAVED_HEADER\";; esac\nexec /usr/bin/g++ \"$@\"\n");
+  ::chmod((m_dir / "saving/g++").c_str(), 0755);
+  write_workspace(m_dir, "ws", "2 * x");
+  auto args = gcc_compile("ws");
+  args[0] = m_dir / "saving/g++";
+  auto with_saves = env("ws");
+  with_saves["SAVED_HEADER"] = m_dir / "ws/include/a.h";
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(run_process(cc("ws", "cache", "", args), with_saves).exit_code, 0);
+  EXPECT_EQ(compiles("ws"), 2) << "nothing was kept to hit";
+  auto stats = run_process({testing::kiln_binary(), "--cache-dir", m_dir / "cache", "cache", "stats", "--json"});
+  EXPECT_NE(stats.out.find("a_file_it_read_changed_while_it_compiled\":2"), std::string::npos) << stats.out;
+}
+
+TEST_F(CcLauncher, ACudaHomeIsNeverWrittenIntoTheToolkitItStandsFor) {
+  // A toolkit reached through a link, as /usr/local/cuda is: --cuda-home naming it is refused
+  // and nothing in it changes.
+  m_dir.write("cuda-13.9/bin/nvcc", "#!/bin/sh\n");
+  ::chmod((m_dir / "cuda-13.9/bin/nvcc").c_str(), 0755);
+  m_dir.write("cuda-13.9/version.json", "{}\n");
+  ASSERT_EQ(::symlink((m_dir / "cuda-13.9").c_str(), (m_dir / "cuda").c_str()), 0);
+  for (std::string dir : {"cuda", "cuda/bin", "cuda-13.9/sub"}) {
+    auto r = run_process({testing::kiln_binary(), "cc", "--cuda-home", m_dir / dir, "--toolkit", m_dir / "cuda"});
+    EXPECT_NE(r.exit_code, 0) << dir;
+    EXPECT_NE(r.err.find("toolkit"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(file("cuda-13.9/version.json"), "{}\n");
+  EXPECT_EQ(file("cuda-13.9/bin/nvcc"), "#!/bin/sh\n");
+  // A folder with a file of its own where a link would go is left alone too.
+  m_dir.write("home/version.json", "mine\n");
+  auto r = run_process({testing::kiln_binary(), "cc", "--cuda-home", m_dir / "home", "--toolkit", m_dir / "cuda"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(file("home/version.json"), "mine\n");
 }
 
 TEST_F(CcLauncher, ALinkRunsTheCompilerUntouchedAndIsCountedWithItsReason) {
