@@ -327,6 +327,17 @@ TEST_F(CcLauncher, ACudaHomeIsNeverWrittenIntoTheToolkitItStandsFor) {
   EXPECT_EQ(file("home/version.json"), "mine\n");
 }
 
+TEST_F(CcLauncher, ACacheThatCannotBeOpenedNeverBreaksTheBuild) {
+  write_workspace(m_dir, "ws", "2 * x");
+  m_dir.write("not-a-folder", "a file where the cache folder should be\n");
+  auto r = run_process(cc("ws", "not-a-folder", "", gcc_compile("ws")), env("ws"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("kiln cc: warning"), std::string::npos) << r.err;
+  EXPECT_NE(file("ws/build/main.o"), "<missing>");
+  EXPECT_NE(file("ws/build/main.o.d").find("a.h"), std::string::npos);
+  EXPECT_EQ(compiles("ws"), 1);
+}
+
 TEST_F(CcLauncher, ALinkRunsTheCompilerUntouchedAndIsCountedWithItsReason) {
   write_workspace(m_dir, "ws", "2 * x");
   ASSERT_EQ(run_process(cc("ws", "cache", "", gcc_compile("ws")), env("ws")).exit_code, 0);

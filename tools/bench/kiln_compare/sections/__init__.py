@@ -28,6 +28,7 @@ SECTIONS = {
     "wheel": "wheel",
     "deepspeed-builders": "deepspeed_builders",
     "cuda-extensions": "cuda_extensions",
+    "launcher": "launcher",
 }
 
 
