@@ -468,6 +468,9 @@ int run_launcher(const std::string& compiler_arg, const std::vector<std::string>
   if (!source_hash.ok()) not_cached("source unreadable");  // the compiler says why
   key.add("source-content", source_hash.value());
   builders::KeyParts input{key.finish(), key.components()};
+  auto began = std::chrono::steady_clock::now();
+  auto since = [&] { return std::to_string(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count()) + " ms"; };
+  KILN_LOG_AT(kDebug, "cc", lookup_what(cmd) + ": input key " + input.key.hex());
 
   std::vector<std::string> roots;
   builders::ManifestHeaders headers{
@@ -485,6 +488,7 @@ int run_launcher(const std::string& compiler_arg, const std::vector<std::string>
   auto claim = std::make_unique<builders::Claim>();
   builders::CacheOutcome source = builders::CacheOutcome::kCompiled;
   auto found = (*ops)->find_or_claim_through_manifest(input, headers, k_kind, *claim, &source);
+  KILN_LOG_AT(kDebug, "cc", lookup_what(cmd) + ": looked up in " + since());
   if (!found.ok()) warn("the cache could not be read (" + found.status().message() + "): compiling");
   if (found.ok() && found->has_value()) {
     Status served = serve_hit(**found, cmd, paths);
@@ -503,6 +507,7 @@ int run_launcher(const std::string& compiler_arg, const std::vector<std::string>
   ::clock_gettime(CLOCK_REALTIME_COARSE, &coarse);
   int64_t start_ns = int64_t{coarse.tv_sec} * 1000000000 + coarse.tv_nsec;
   auto run = run_compiler(compiler, cmd.compile_args(dep_out));
+  KILN_LOG_AT(kDebug, "cc", lookup_what(cmd) + ": the compiler ran, " + since());
   if (!run.ok()) {
     ::unlink(dep_out.c_str());
     std::cerr << "kiln cc: error: " << run.status().message() << "\n";
@@ -555,6 +560,7 @@ int run_launcher(const std::string& compiler_arg, const std::vector<std::string>
   record.compile_cpu_ms = run->cpu_ms;
   if (Status kept = (*ops)->store_through_manifest(record, input, *manifest, cache::encode_file_group(files), std::move(claim)); !kept.ok())
     warn("the compile of " + cmd.source + " could not be kept: " + kept.message());
+  KILN_LOG_AT(kDebug, "cc", lookup_what(cmd) + ": kept, " + since() + " (" + std::to_string(manifest->size()) + " headers)");
   return 0;
 }
 
