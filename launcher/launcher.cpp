@@ -448,6 +448,8 @@ int run_launcher(const std::string& compiler_arg, const std::vector<std::string>
   if (!family) not_cached("a compiler kiln does not know");
   auto parsed = parse_compile_command(*family, args, paths);
   if (auto* nc = std::get_if<NotCacheable>(&parsed)) not_cached(nc->reason);
+  // A "DIR/*" base is bound to the source's folder: the labels are made again with it.
+  if (paths.bind_source(std::get<CompileCommand>(parsed).source)) parsed = parse_compile_command(*family, args, paths);
   const CompileCommand& cmd = std::get<CompileCommand>(parsed);
 
   // ---- The input key.

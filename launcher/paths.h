@@ -1,8 +1,14 @@
 // Paths as they enter a launcher's keys and manifests: a path inside the compile's working folder
 // as "cwd:<relative path>", one inside a base folder (KILN_CC_BASEDIR, ':'-separated, in order)
-// as "base<i>:<relative path>", any other as its absolute path. Two nodes whose workspaces lie in
+// as "base<i>:<relative path>", any other as its absolute path. Where several of those folders
+// hold it, the innermost names it (the working folder on a tie). Two nodes whose workspaces lie in
 // different places, with the same layout beneath, then make the same keys: FlashInfer's
 // workspace under each user's home, DeepGEMM's absolute -I paths into a venv.
+//
+// A base written "DIR/*" stands for whichever one folder directly under DIR holds the compile's
+// source (bind_source): tools that write each source into a fresh temporary folder (TileLang's
+// /tmp/tmpXXXX/tvm_kernels.cu) then key it by its name in that folder. Only that one folder is
+// the base; any other folder under DIR keeps its absolute path, so a label still names one file.
 //
 // Paths are normalised lexically (absolute_path): a symlink is not resolved, so a label says
 // where the compiler was told to look, which is what its depfile says it read.
@@ -20,6 +26,10 @@ class PathLabels {
   PathLabels(std::string cwd, std::vector<std::string> bases);
   // From the process: getcwd() and $KILN_CC_BASEDIR.
   static PathLabels from_environment();
+  // Binds each "DIR/*" base to the folder under DIR that holds `source` (relative to cwd); true
+  // when one was bound (labels made before then may change). A base the source is not under
+  // matches nothing.
+  bool bind_source(const std::string& source);
 
   // The label of `path` (relative paths are relative to cwd).
   std::string label(const std::string& path) const;
@@ -37,7 +47,10 @@ class PathLabels {
 
  private:
   std::string m_cwd;
-  std::vector<std::string> m_bases;
+  size_t innermost_base(const std::string& abs) const;  // npos for none
+
+  std::vector<std::string> m_bases;  // "" for a pattern not bound
+  std::vector<std::string> m_patterns;  // per base: DIR of "DIR/*", or "" for a plain base
   std::vector<std::string> m_prefixes;
 };
 

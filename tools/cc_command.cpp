@@ -30,7 +30,8 @@ The key: the compiler's binaries and version (nvcc's tools and its host compiler
 arguments, the source's and every header's content. Paths inside the working folder and
 inside the folders of KILN_CC_BASEDIR (':'-separated) enter it relative to them, so nodes
 whose workspaces lie in different places share: a moved workspace is a hit, a changed
-header, flag, toolkit or host compiler a miss.
+header, flag, toolkit or host compiler a miss. An entry DIR/* stands for the one folder
+under DIR that holds the source (a JIT's fresh temporary folder: TileLang's /tmp/tmpXXXX).
 
   --cuda-home DIR     make DIR a CUDA_HOME whose bin/nvcc runs through kiln cc (every
                       other entry links to the toolkit), for JITs that run

@@ -83,6 +83,27 @@ TEST(PathLabels, TheWorkingFolderThenTheBasesThenAbsolute) {
   EXPECT_EQ(p.base_label("/ws1/build/norm"), "base0:build/norm");
 }
 
+TEST(PathLabels, APatternBaseIsTheFolderThatHoldsTheSource) {
+  PathLabels p("/work", {"/tmp/*", "/venv"});
+  EXPECT_EQ(p.label("/tmp/tmpa1/tvm_kernels.cu"), "/tmp/tmpa1/tvm_kernels.cu") << "unbound, it matches nothing";
+  EXPECT_FALSE(p.bind_source("/work/k.cu"));
+  EXPECT_TRUE(p.bind_source("/tmp/tmpa1/tvm_kernels.cu"));
+  EXPECT_EQ(p.label("/tmp/tmpa1/tvm_kernels.cu"), "base0:tvm_kernels.cu");
+  EXPECT_EQ(p.label("/tmp/tmpa1/sub/k.h"), "base0:sub/k.h");
+  EXPECT_EQ(p.label("/tmp/tmpzz/k.h"), "/tmp/tmpzz/k.h") << "another folder under /tmp is not the base";
+  EXPECT_EQ(p.label("/venv/a.h"), "base1:a.h");
+  EXPECT_EQ(p.path_of("base0:k.h"), "/tmp/tmpa1/k.h");
+  PathLabels in_cwd("/tmp", {"/tmp/*"});
+  EXPECT_TRUE(in_cwd.bind_source("tmpc3/tvm_kernels.cu"));
+  EXPECT_EQ(in_cwd.label("tmpc3/tvm_kernels.cu"), "base0:tvm_kernels.cu") << "the innermost folder names it, not the working folder";
+  EXPECT_EQ(in_cwd.label("other.h"), "cwd:other.h");
+  PathLabels q("/work", {"/tmp/*"});
+  EXPECT_TRUE(q.bind_source("/tmp/tmpb2/tvm_kernels.cu"));
+  EXPECT_EQ(q.label("/tmp/tmpb2/tvm_kernels.cu"), p.label("/tmp/tmpa1/tvm_kernels.cu")) << "two temporary folders, one label";
+  EXPECT_FALSE(q.bind_source("/tmp/loose.cu")) << "a source directly in DIR has no folder of its own";
+  EXPECT_EQ(q.path_of("base0:k.h"), "") << "no longer bound";
+}
+
 // ---- Command lines.
 
 CompileCommand parse_ok(CompilerFamily f, const std::vector<std::string>& args, const PathLabels& p) {

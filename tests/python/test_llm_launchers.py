@@ -1,9 +1,9 @@
 """kiln cc under the LLM serving stack's own JITs (docs/LLM-SERVING.md): FlashInfer's modules
 through FLASHINFER_NVCC_LAUNCHER and FLASHINFER_CXX_LAUNCHER, and tvm-ffi's cpp.load_inline (SGLang's
-jit_kernel path) through a CUDA_HOME from `kiln cc --cuda-home`. Each runs on two nodes: separate
+jit_kernel path) and TileLang through a CUDA_HOME from `kiln cc --cuda-home`. Each runs on two nodes: separate
 processes with their own kiln cache, their workspaces in different folders, sharing a real
 redis-server. Compile-only here (CUDA 13, sm_90, no GPU): node 2 must compile nothing and still
-load what node 1 built. Both packages come from PyPI into the torch 2.x venv (scripts/setup);
+load what node 1 built. The packages come from PyPI into the torch 2.x venv (scripts/setup);
 under torch 1.13 they are not installed and the tests skip saying so.
 """
 import json
@@ -110,4 +110,53 @@ def test_tvm_ffi_load_inline_through_a_cuda_home_of_kilns_compiles_once_for_two_
         assert "loaded" in done.stdout, done.stdout + done.stderr
     one, two = stats(cli, tmp_path / "cache-node1"), stats(cli, tmp_path / "cache-node2")
     assert one["compiles"] == 1, one
+    assert two["compiles"] == 0 and two["hits_remote"] == 1, two
+
+
+TILELANG_NODE = r"""
+import time
+t = time.time()
+import tilelang
+import tilelang.language as T
+
+N, BLOCK = 4096, 128
+
+@T.prim_func
+def add(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")):
+    with T.Kernel(T.ceildiv(N, BLOCK), threads=BLOCK) as bx:
+        for i in T.Parallel(BLOCK):
+            C[bx * BLOCK + i] = A[bx * BLOCK + i] * 2.0 + B[bx * BLOCK + i]
+
+kernel = tilelang.compile(add, target={"kind": "cuda", "arch": "sm_90"}, execution_backend="tvm_ffi")
+assert "__global__" in kernel.get_kernel_source()
+print("ready %.1f s" % (time.time() - t))
+"""
+
+
+def test_tilelang_kernel_through_a_cuda_home_of_kilns_compiles_once_for_two_nodes(tmp_path, redis_url):
+    needs("tilelang")
+    cli = kiln_cli()
+    home = subprocess.run([cli, "cc", "--cuda-home", str(tmp_path / "cuda-home"), "--toolkit", "/usr/local/cuda"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    # TileLang reads a kernel's Python source back (inspect): the node's script is a file.
+    script = tmp_path / "tilelang_node.py"
+    script.write_text(TILELANG_NODE)
+    seconds = {}
+    for name in ("node1", "node2"):
+        # TileLang writes each kernel's source into a fresh folder under TMPDIR (tvm_kernels.cu in
+        # /tmp/tmpXXXX): the pattern base "TMPDIR/*" keys it by its name in that folder. Each node
+        # has its own TileLang cache, so node 2 lowers again and asks nvcc again.
+        tmp = tmp_path / name / "tmp"
+        tmp.mkdir(parents=True)
+        env = {"CUDA_HOME": home, "TMPDIR": str(tmp), "TILELANG_CACHE_DIR": str(tmp_path / name / "tilelang-cache"),
+               "KILN_CACHE_DIR": str(tmp_path / ("cache-" + name)), "KILN_REMOTE_CACHE": redis_url,
+               "KILN_CC_BASEDIR": str(tmp) + "/*"}
+        start = time.time()
+        done = run_python("import runpy; runpy.run_path(%r)" % str(script), env=env, timeout=600)
+        seconds[name] = time.time() - start
+        assert "ready" in done.stdout, done.stdout + done.stderr
+    one, two = stats(cli, tmp_path / "cache-node1"), stats(cli, tmp_path / "cache-node2")
+    print("TileLang add kernel, sm_90: node 1 %.1f s (%d compiles), node 2 %.1f s (%d hits from Redis)"
+          % (seconds["node1"], one["compiles"], seconds["node2"], two["hits_remote"]))
+    assert one["compiles"] == 1 and not one["cc_not_cached"], one
     assert two["compiles"] == 0 and two["hits_remote"] == 1, two
