@@ -8,7 +8,16 @@
 // the process ends: a page whose lock can be taken is abandoned, and the next fold
 // (store_usage.cpp) adds it to the index, once, and removes it.
 //
-// The file: 64 slots of 64 bytes. Slot 0 is the header ("KILNCNT1", then the slot count); each
+// A process takes over an abandoned page before it makes one (open): its counts add to what the
+// page holds, which no fold has taken yet. So processes that only hit (a `kiln cc` per compile,
+// thousands in one build) leave as many pages as ever ran at once, not one each.
+//
+// A fold marks a page it is about to count (mark_counter_page_folded, before its commit): a page so
+// marked is never taken over, so a page whose folder died between its commit and its unlink (its
+// name in the index's `folded` table, not counted again) gains no counts that would be dropped.
+//
+// The file: 64 slots of 64 bytes. Slot 0 is the header ("KILNCNT1", the slot count, then at byte
+// 12 the folded mark); each
 // other slot a counter: its name (at most 54 bytes, NUL-padded), a byte set to 1 once the name is
 // whole, then its value (int64, native byte order: the page never leaves the machine). A
 // counter's slot is taken once and never moves.
@@ -34,8 +43,13 @@ inline constexpr size_t k_counter_name_max = 54;
 
 class CounterPage {
  public:
-  // A new page in `folder` (made 0700 when missing), named for this process.
+  // An abandoned page in `folder` taken over, else a new one (open); a new page in `folder`
+  // (made 0700 when missing), named for this process (create).
+  static Result<std::unique_ptr<CounterPage>> open(const std::string& folder);
   static Result<std::unique_ptr<CounterPage>> create(const std::string& folder);
+  // An abandoned page at `path`, its lock taken; null when it is held, gone (folded meanwhile),
+  // not this user's or not a page.
+  static std::unique_ptr<CounterPage> adopt(const std::string& folder, const std::string& name);
   // Unmaps it and drops its lock; the file stays for the next fold.
   ~CounterPage();
   CounterPage(const CounterPage&) = delete;
@@ -59,11 +73,15 @@ class CounterPage {
   char* m_data = nullptr;
   std::mutex m_mutex;  // taking slots
   std::unordered_map<std::string, size_t> m_slots;
+  size_t m_next_slot = 1;
 };
 
 // The counters a page file holds as it stands (of any process, live or gone): (name, value) for
 // each slot whose name is whole. kDataLoss when the file is not a counter page.
 Result<std::vector<std::pair<std::string, int64_t>>> read_counter_page(const std::string& path);
+
+// Marks the page at `path` (whose lock the caller holds) as being folded; false when it cannot.
+bool mark_counter_page_folded(const std::string& path);
 
 // An abandoned page's lock, taken: while this lives, no other fold takes the page. Empty (not
 // held) when its process still lives, or another fold holds it.

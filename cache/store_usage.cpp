@@ -1,4 +1,4 @@
-// The store's usage figures (store.h): counters in this process's counter page, hit counts and
+// The store's usage figures (store.h): counters in a counter page this process holds, hit counts and
 // "last used" in the usage journal, both folded into the index by the next process that writes
 // it, each journal and page exactly once; and what the store's files other than its artifacts take.
 #include <dirent.h>
@@ -84,7 +84,7 @@ const char* counter_name(Counter c) {
 
 CounterPage* Store::counter_page() {
   std::call_once(m_page_once, [this] {
-    auto page = CounterPage::create(m_root + "/" + k_counter_folder);
+    auto page = CounterPage::open(m_root + "/" + k_counter_folder);
     // A folder this process cannot write (a shared read-only cache, a full disk): the counters
     // stay in memory and go to the journal at close, if it can be written then. Nothing is said:
     // the same cause fails the store's writes, which say so once.
@@ -96,13 +96,16 @@ CounterPage* Store::counter_page() {
 }
 
 void Store::count(Counter c, int64_t delta) {
-  if (CounterPage* page = counter_page()) return page->add(m_page_slots[static_cast<size_t>(c)], delta);
+  CounterPage* page = counter_page();
+  // A counter with no slot (a page taken over from an older kiln, full): the journal, at close.
+  if (size_t slot = m_page_slots[static_cast<size_t>(c)]; page && slot) return page->add(slot, delta);
   std::lock_guard lock(m_mutex);
   m_pending_counters[static_cast<size_t>(c)] += delta;
 }
 
 void Store::count_locked(Counter c, int64_t delta) {
-  if (CounterPage* page = counter_page()) return page->add(m_page_slots[static_cast<size_t>(c)], delta);
+  CounterPage* page = counter_page();
+  if (size_t slot = m_page_slots[static_cast<size_t>(c)]; page && slot) return page->add(slot, delta);
   m_pending_counters[static_cast<size_t>(c)] += delta;
 }
 
@@ -245,6 +248,9 @@ Status Store::fold_sources_locked(std::vector<FoldSource>& sources) {
     if (source.page) {
       auto counters = read_counter_page(path);
       if (!counters.ok()) continue;  // not a page: left for gc
+      // Marked before the commit: should this fold die before its unlink, no process takes the
+      // page over (its counts would be dropped with it as counted already).
+      if (!mark_counter_page_folded(path)) continue;
       for (auto& [name, value] : counters.value()) add_counter(name, value);
     } else {
       auto text = read_file(path);

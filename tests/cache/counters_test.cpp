@@ -86,9 +86,16 @@ TEST(CountersTest, LivePagesCountAsTheyStandAndEachPageIsFoldedOnce) {
   live.reset();  // a process that only counted leaves its page for the next fold
   EXPECT_EQ(reader->statistics()->counters["misses"], 5);
   EXPECT_TRUE(pages(dir.path()).empty());
-  // A folder that died between its commit and its unlink leaves the page behind: not counted again.
+  // A folder that died between its commit and its unlink leaves the page behind, marked: not
+  // counted again, and not taken over by a process that counts meanwhile (its counts would go).
+  kept[12] = 1;  // the fold's mark, made before its commit
   std::ofstream(page, std::ios::binary) << kept;
-  EXPECT_EQ(reader->statistics()->counters["misses"], 5);
+  {
+    auto counting = Store::open(dir.path()).value();
+    counting->count(Counter::kMisses);
+    EXPECT_EQ(pages(dir.path()).size(), 2u) << "a page of its own";
+  }
+  EXPECT_EQ(reader->statistics()->counters["misses"], 6);
   EXPECT_FALSE(std::filesystem::exists(page));
   // A process that wrote the index folds its own page when it closes.
   {
@@ -97,7 +104,7 @@ TEST(CountersTest, LivePagesCountAsTheyStandAndEachPageIsFoldedOnce) {
     ASSERT_TRUE(writer->put(record_for("op_w"), "bytes").ok());
   }
   EXPECT_TRUE(pages(dir.path()).empty());
-  EXPECT_EQ(reader->statistics()->counters["misses"], 9);
+  EXPECT_EQ(reader->statistics()->counters["misses"], 10);
 }
 
 TEST(CountersTest, APageIsWhatItsProcessAddedAndTakesNoOthersLock) {
@@ -117,6 +124,74 @@ TEST(CountersTest, APageIsWhatItsProcessAddedAndTakesNoOthersLock) {
   EXPECT_EQ(read_counter_page(dir / "nothing").status().code(), StatusCode::kNotFound);
   dir.write("counters/bad.page", "short");
   EXPECT_EQ(read_counter_page(dir / "counters/bad.page").status().code(), StatusCode::kDataLoss);
+}
+
+TEST(CountersTest, ProcessesThatOnlyHitTakeOverAnAbandonedPageRatherThanMakeOne) {
+  testing::TempDir dir;
+  ArtifactRecord r = record_for("op_hit_often");
+  ASSERT_TRUE(Store::open(dir.path()).value()->put(r, "bytes").ok());  // a writer: its page folded and gone
+  ASSERT_TRUE(pages(dir.path()).empty());
+  // A launcher run once per compile: each process hits and counts, then ends.
+  for (int i = 0; i < 50; ++i) {
+    auto hitter = Store::open(dir.path()).value();
+    auto hit = hitter->get(r.key);
+    ASSERT_TRUE(hit.ok() && hit->has_value());
+    hitter->count(Counter::kCompiles);
+    hitter->count("cc|not_cached|link", 1);
+  }
+  EXPECT_EQ(pages(dir.path()).size(), 1u) << "one page, taken over 49 times";
+  {
+    // Two at once: the second cannot take the page the first holds.
+    auto a = Store::open(dir.path()).value();
+    auto b = Store::open(dir.path()).value();
+    a->count(Counter::kCompiles);
+    b->count(Counter::kCompiles);
+    EXPECT_EQ(pages(dir.path()).size(), 2u);
+  }
+  auto reader = Store::open(dir.path()).value();
+  EXPECT_EQ(reader->statistics()->counters["compiles"], 52);  // statistics fold the abandoned pages
+  EXPECT_TRUE(pages(dir.path()).empty());
+  EXPECT_EQ(reader->statistics()->counters["cc|not_cached|link"], 50) << "each count folded once";
+  EXPECT_EQ(reader->statistics()->counters["compiles"], 52);
+}
+
+TEST(CountersTest, APageThatIsNotAPageOfThisUsersIsNeverTakenOver) {
+  testing::TempDir dir;
+  std::string folder = dir / "counters";
+  std::string abandoned;
+  {
+    auto page = CounterPage::create(folder).value();
+    page->add("compiles", 7);
+    abandoned = page->name();
+  }
+  // A link to it, a page of the wrong size and one whose header is not a page's: each left alone.
+  ASSERT_EQ(::symlink((folder + "/" + abandoned).c_str(), (folder + "/link.page").c_str()), 0);
+  EXPECT_EQ(CounterPage::adopt(folder, "link.page"), nullptr);
+  dir.write("counters/short.page", "short");
+  EXPECT_EQ(CounterPage::adopt(folder, "short.page"), nullptr);
+  dir.write("counters/zero.page", std::string(64 * 64, '\0'));
+  EXPECT_EQ(CounterPage::adopt(folder, "zero.page"), nullptr);
+  ASSERT_EQ(::link((folder + "/" + abandoned).c_str(), (folder + "/second-name.page").c_str()), 0);
+  EXPECT_EQ(CounterPage::adopt(folder, abandoned), nullptr) << "a page with two names would be folded twice";
+  ASSERT_EQ(::unlink((folder + "/second-name.page").c_str()), 0);
+  if (::geteuid() == 0) {  // another user's page (nobody's): only root can make one here
+    ASSERT_EQ(::chown((folder + "/" + abandoned).c_str(), 65534, 65534), 0);
+    EXPECT_EQ(CounterPage::adopt(folder, abandoned), nullptr);
+    ASSERT_EQ(::chown((folder + "/" + abandoned).c_str(), 0, 0), 0);
+  }
+  // Its own abandoned page is taken over, its counters kept and added to.
+  auto taken = CounterPage::adopt(folder, abandoned);
+  ASSERT_NE(taken, nullptr);
+  EXPECT_EQ(CounterPage::adopt(folder, abandoned), nullptr) << "held now";
+  taken->add("compiles", 1);
+  taken->add("misses", 2);
+  auto counters = read_counter_page(folder + "/" + abandoned).value();
+  ASSERT_EQ(counters.size(), 2u);
+  EXPECT_EQ(counters[0], std::make_pair(std::string("compiles"), int64_t{8}));
+  EXPECT_EQ(counters[1], std::make_pair(std::string("misses"), int64_t{2}));
+  taken.reset();
+  ASSERT_TRUE(mark_counter_page_folded(folder + "/" + abandoned));
+  EXPECT_EQ(CounterPage::adopt(folder, abandoned), nullptr) << "a page a fold has counted";
 }
 
 TEST(CountersTest, DamageIsReportedWithTheKernelAndTargetTheIndexKnows) {
