@@ -223,6 +223,10 @@ class Context:
         it), else (None, claim): make it, then store_files(..., claim=claim), or claim.release()."""
         return self._ctx.find_or_claim_files(kind, key)
 
+    def list_files(self, kind):
+        """Every stored group of `kind` in this node's store (not the tiers'), as find_files gives them."""
+        return self._ctx.list_files(kind)
+
     def store_files(self, kind, key, files, label="", target="", toolchain="", compile_ms=0.0, claim=None,
                     keep_first=False, compile_cpu_ms=0.0, compiled=True):
         """Stores [(name, bytes)] as one artifact, publishes it, ends `claim`; keep_first: a group
