@@ -27,8 +27,6 @@ constexpr size_t k_folded_offset = 12;  // in the header, after the magic and th
 
 int64_t* value_of(char* slot) { return reinterpret_cast<int64_t*>(slot + k_value_offset); }
 
-bool is_page_file_name(std::string_view name) { return name.size() > 5 && name.substr(name.size() - 5) == ".page"; }
-
 }  // namespace
 
 Result<std::unique_ptr<CounterPage>> CounterPage::create(const std::string& folder) {
@@ -71,7 +69,7 @@ Result<std::unique_ptr<CounterPage>> CounterPage::open(const std::string& folder
   if (DIR* d = ::opendir(folder.c_str())) {
     std::unique_ptr<CounterPage> page;
     while (auto* e = ::readdir(d)) {
-      if (e->d_name[0] == '.' || !is_page_file_name(e->d_name)) continue;
+      if (e->d_name[0] == '.' || !is_counter_page_name(e->d_name)) continue;
       if ((page = adopt(folder, e->d_name))) break;
     }
     ::closedir(d);
@@ -166,6 +164,8 @@ Result<std::vector<std::pair<std::string, int64_t>>> read_counter_page(const std
   }
   return out;
 }
+
+bool is_counter_page_name(std::string_view name) { return name.size() > 5 && name.substr(name.size() - 5) == ".page"; }
 
 bool mark_counter_page_folded(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);

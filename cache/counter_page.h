@@ -80,6 +80,9 @@ class CounterPage {
 // each slot whose name is whole. kDataLoss when the file is not a counter page.
 Result<std::vector<std::pair<std::string, int64_t>>> read_counter_page(const std::string& path);
 
+// Whether a file in the counters folder is a page by its name ("<pid>.<n>.page").
+bool is_counter_page_name(std::string_view name);
+
 // Marks the page at `path` (whose lock the caller holds) as being folded; false when it cannot.
 bool mark_counter_page_folded(const std::string& path);
 

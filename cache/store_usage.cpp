@@ -48,8 +48,6 @@ std::string current_name(const std::string& name) {
   return name;
 }
 
-bool is_page_name(const std::string& name) { return name.size() > 5 && name.compare(name.size() - 5, 5, ".page") == 0; }
-
 // The names of the files in `folder` (not its subfolders), unsorted.
 std::vector<std::string> file_names(const std::string& folder) {
   std::vector<std::string> out;
@@ -191,7 +189,7 @@ Status Store::fold_usage_locked(bool all_pages) {
   if (look) {
     std::string folder = m_root + "/" + k_counter_folder;
     for (auto& name : file_names(folder)) {
-      if (!is_page_name(name) || (m_page && name == m_page->name())) continue;
+      if (!is_counter_page_name(name) || (m_page && name == m_page->name())) continue;
       AbandonedPage lock = AbandonedPage::take(folder + "/" + name);
       if (lock.held()) sources.push_back({std::string(k_counter_folder) + "/" + name, true, std::move(lock)});
     }
@@ -312,7 +310,7 @@ void Store::fold_own_page_locked() {
   // A process that only hit leaves its page: with many such, the next writer would find them all.
   // So the process that finds many folds them itself, once it wrote anyway.
   size_t pages = 0;
-  for (auto& name : file_names(m_root + "/" + k_counter_folder)) pages += is_page_name(name);
+  for (auto& name : file_names(m_root + "/" + k_counter_folder)) pages += is_counter_page_name(name);
   if (pages > k_pages_before_fold) (void)fold_usage_locked(/*all_pages=*/true);
 }
 
@@ -321,7 +319,7 @@ std::map<std::string, int64_t> Store::live_counters_locked() {
   std::string folder = m_root + "/" + k_counter_folder;
   sqlite3_stmt* seen = prepare("SELECT 1 FROM folded WHERE name = ?");
   for (auto& name : file_names(folder)) {
-    if (!is_page_name(name)) continue;
+    if (!is_counter_page_name(name)) continue;
     if (seen) {
       StatementReset reset{seen};
       bind_text(seen, 1, std::string(k_counter_folder) + "/" + name);

@@ -32,8 +32,12 @@ PathLabels PathLabels::from_environment() {
   return PathLabels(std::move(cwd), std::move(bases));
 }
 
+std::string PathLabels::absolute(const std::string& path) const {
+  return path.empty() || path[0] != '/' ? absolute_path(m_cwd + "/" + path) : absolute_path(path);
+}
+
 bool PathLabels::bind_source(const std::string& source) {
-  std::string abs = source.empty() || source[0] != '/' ? absolute_path(m_cwd + "/" + source) : absolute_path(source);
+  std::string abs = absolute(source);
   bool bound = false;
   for (size_t i = 0; i < m_patterns.size(); ++i) {
     if (m_patterns[i].empty()) continue;
@@ -57,19 +61,22 @@ size_t PathLabels::innermost_base(const std::string& abs) const {
 }
 
 std::string PathLabels::label(const std::string& path) const {
-  std::string abs = path.empty() || path[0] != '/' ? absolute_path(m_cwd + "/" + path) : absolute_path(path);
+  std::string abs = absolute(path);
   // The innermost folder that holds it names it: a build folder inside a base is still the build
   // folder, a source's temporary folder inside the build folder is still its own (bind_source).
   // On a tie the working folder.
   size_t base = innermost_base(abs);
   if (path_is_within(abs, m_cwd) && (base == std::string::npos || m_cwd.size() >= m_bases[base].size()))
     return abs == m_cwd ? "cwd:." : "cwd:" + relative_to(abs, m_cwd);
-  return base_label(abs);
+  return label_in_bases(abs, base);
 }
 
 std::string PathLabels::base_label(const std::string& abs_path) const {
   std::string abs = absolute_path(abs_path);
-  size_t base = innermost_base(abs);
+  return label_in_bases(abs, innermost_base(abs));
+}
+
+std::string PathLabels::label_in_bases(const std::string& abs, size_t base) const {
   if (base == std::string::npos) return abs;
   return m_prefixes[base + 1] + (abs == m_bases[base] ? "." : relative_to(abs, m_bases[base]));
 }

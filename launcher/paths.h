@@ -47,7 +47,9 @@ class PathLabels {
 
  private:
   std::string m_cwd;
+  std::string absolute(const std::string& path) const;  // relative to cwd, normalised
   size_t innermost_base(const std::string& abs) const;  // npos for none
+  std::string label_in_bases(const std::string& abs, size_t base) const;  // `base` from innermost_base
 
   std::vector<std::string> m_bases;  // "" for a pattern not bound
   std::vector<std::string> m_patterns;  // per base: DIR of "DIR/*", or "" for a plain base

@@ -27,6 +27,9 @@ import threading
 import warnings
 
 from cuda.core.utils import ProgramCacheResource
+# How cuda.core's own caches turn what they are handed (bytes, an ObjectCode in memory or by
+# path) into bytes: the same here, so a value means what it means to them.
+from cuda.core.utils._program_cache._abc import _extract_bytes
 
 KIND = "cuda-core-program"
 _ENTRY = "program"  # the one file of each stored group: the bytes cuda.core handed over
@@ -40,13 +43,6 @@ def _key_text(key):
     if not isinstance(key, (bytes, bytearray)):
         raise TypeError("cache keys must be bytes or str, got %s" % type(key).__name__)
     return "sha256:" + hashlib.sha256(bytes(key)).hexdigest()
-
-
-def _value_bytes(value):
-    """What cuda.core hands over (bytes, or its ObjectCode, in memory or by path) as bytes."""
-    from cuda.core.utils._program_cache._abc import _extract_bytes
-
-    return _extract_bytes(value)
 
 
 def _cuda_core_version():
@@ -92,10 +88,7 @@ class ProgramCache(ProgramCacheResource):
                 group, claim = ctx.find_or_claim_files(KIND, text)
                 if claim is not None and claim.held:
                     with self._lock:
-                        old = self._claims.pop(text, None)
                         self._claims[text] = claim
-                    if old is not None and old.held:
-                        old.release()
             else:
                 group = ctx.find_files(KIND, text)
         except KilnError as e:
@@ -119,7 +112,7 @@ class ProgramCache(ProgramCacheResource):
         from . import KilnError, context
 
         text = _key_text(key)
-        data = _value_bytes(value)
+        data = _extract_bytes(value)
         with self._lock:
             claim = self._claims.pop(text, None)
         try:

@@ -13,7 +13,7 @@ from conftest import run_python
 from test_triton import kiln_cli as built_cli
 
 NODE = r"""
-import hashlib, json, sys
+import hashlib, json
 from cuda.core import Program, ProgramOptions
 from kiln.cuda_core import ProgramCache
 
@@ -23,8 +23,6 @@ extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
   if (i < n) y[i] = a * x[i] + y[i];
 }
 '''
-compiles = []
-real_compile = Program.compile
 with ProgramCache() as cache:
     code = Program(source, "c++", ProgramOptions(arch="sm_90")).compile("cubin", cache=cache)
     data = bytes(code.code)
