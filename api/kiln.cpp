@@ -402,6 +402,10 @@ std::vector<FileGroup> Context::list_files(const std::string& kind) {
   return out;
 }
 
+void Context::count(const std::string& name, int64_t delta) {
+  if (m_impl->ops->store()) m_impl->ops->count(name, delta);
+}
+
 FileGroup Context::store_files(const std::string& kind, const std::string& key, const std::vector<std::pair<std::string, std::string>>& files,
                                const ArtifactInfo& info, Claim* claim, bool keep_first) {
   check_external(kind, key);

@@ -94,12 +94,13 @@ std::vector<std::pair<std::string, std::map<std::string, int64_t>>> tier_counter
   return out;
 }
 
-// kiln cc's commands whose result is not in the cache ("cc|not_cached|<reason>", blanks as '_'), by reason.
-std::map<std::string, int64_t> not_cached_counters(const std::map<std::string, int64_t>& counters) {
+// Compiles whose result is not in the cache, by reason ("<who>|not_cached|<reason>", blanks as
+// '_'): kiln cc's commands ("cc") and libkiln_nvrtc.so's compiles ("nvrtc").
+std::map<std::string, int64_t> not_cached_counters(const std::map<std::string, int64_t>& counters, std::string_view who) {
   std::map<std::string, int64_t> out;
-  constexpr std::string_view k_prefix = "cc|not_cached|";
+  const std::string prefix = std::string(who) + "|not_cached|";
   for (auto& [name, value] : counters)
-    if (name.rfind(k_prefix, 0) == 0 && value) out[name.substr(k_prefix.size())] = value;
+    if (name.rfind(prefix, 0) == 0 && value) out[name.substr(prefix.size())] = value;
   return out;
 }
 
@@ -109,7 +110,8 @@ int stats(const ParsedArgs& args, cache::Store& store) {
   auto c = s->counters;
   int64_t hits = c["hits_memory"] + c["hits_disk"] + c["hits_remote"];
   auto tiers = tier_counters(c);
-  auto not_cached = not_cached_counters(c);
+  const std::pair<const char*, std::map<std::string, int64_t>> not_cached[] = {{"cc", not_cached_counters(c, "cc")},
+                                                                              {"nvrtc", not_cached_counters(c, "nvrtc")}};
   if (args.has("--json")) {
     std::cout << "{\"hits\":" << hits << ",\"misses\":" << c["misses"] << ",\"compiles\":" << c["compiles"]
               << ",\"evictions\":" << c["evictions"] << ",\"repairs\":" << c["repairs"] << ",\"adopted\":" << c["adopted"]
@@ -126,13 +128,17 @@ int stats(const ParsedArgs& args, cache::Store& store) {
       for (auto& [name, value] : tiers[i].second) std::cout << "," << json_string(name) << ":" << value;
       std::cout << "}";
     }
-    std::cout << "],\"cc_not_cached\":{";
-    bool first = true;
-    for (auto& [reason, n] : not_cached) {
-      std::cout << (first ? "" : ",") << json_string(reason) << ":" << n;
-      first = false;
+    std::cout << "]";
+    for (auto& [who, reasons] : not_cached) {
+      std::cout << ",\"" << who << "_not_cached\":{";
+      bool first = true;
+      for (auto& [reason, n] : reasons) {
+        std::cout << (first ? "" : ",") << json_string(reason) << ":" << n;
+        first = false;
+      }
+      std::cout << "}";
     }
-    std::cout << "}}\n";
+    std::cout << "}\n";
     return 0;
   }
   double ratio = s->blob_bytes ? static_cast<double>(s->raw_bytes) / static_cast<double>(s->blob_bytes) : 0;
@@ -153,14 +159,15 @@ int stats(const ParsedArgs& args, cache::Store& store) {
             << "evictions           " << c["evictions"] << "\n"
             << "repairs             " << c["repairs"] << "\n"
             << "adopted             " << c["adopted"] << " (blobs the index lacked, indexed again)\n";
-  if (!not_cached.empty()) {
+  for (auto& [who, counted] : not_cached) {
+    if (counted.empty()) continue;
     int64_t total = 0;
     std::string reasons;
-    for (auto& [reason, n] : not_cached) {
+    for (auto& [reason, n] : counted) {
       total += n;
       reasons += (reasons.empty() ? "" : ", ") + reason + " " + std::to_string(n);
     }
-    std::cout << "kiln cc, not cached " << total << " (" << reasons << ")\n";
+    std::cout << (std::string_view(who) == "cc" ? "kiln cc" : "kiln nvrtc") << ", not cached " << total << " (" << reasons << ")\n";
   }
   for (auto& [tier, t] : tiers) {
     auto get = [&](const char* n) { auto it = t.find(n); return it == t.end() ? int64_t{0} : it->second; };

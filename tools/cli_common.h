@@ -51,6 +51,7 @@ std::string cache_json(const builders::BuildOutcome& o);
 int cmd_warm(const std::vector<std::string>& argv, const GlobalOptions& global);
 // kiln cc: the compiler launcher (tools/cc_command.cpp).
 int cmd_cc(const std::vector<std::string>& argv, const GlobalOptions& global);
+int cmd_nvrtc(const std::vector<std::string>& argv, const GlobalOptions& global);
 
 // `kiln config` (config_command.cpp).
 int cmd_config(const std::vector<std::string>& argv, const GlobalOptions& global);

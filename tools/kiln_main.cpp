@@ -34,6 +34,7 @@ commands:
   run OP          load an op and run its self-check against the reference
   warm            build every spec for a target and, with --check, self-check each
   cc COMPILER ..  a compiler launcher (as ccache): nvcc and C++ compiles through the cache
+  nvrtc --preload the NVRTC library for LD_PRELOAD that keeps in-process compiles in the cache
   cache           inspect and maintain the cache: stats, ls, show, gc, verify, clear, explain
   toolchains      each toolchain's identity (what enters keys) or why it is unavailable
   doctor          what kiln finds here: accelerators, toolchains, the cache and its remote
@@ -251,6 +252,7 @@ int run_main(int argc, char** argv) {
   if (command == "warm") return cmd_warm(rest, global);
   if (command == "cache") return cmd_cache(rest, global);
   if (command == "cc") return cmd_cc(rest, global);
+  if (command == "nvrtc") return cmd_nvrtc(rest, global);
   if (command == "toolchains") return cmd_toolchains(rest);
   if (command == "doctor") return cmd_doctor(rest, global);
   if (command == "config") return cmd_config(rest, global);
@@ -262,6 +264,7 @@ int run_main(int argc, char** argv) {
     if (topic == "warm") return cmd_warm({"--help"}, global);
     if (topic == "cache") return std::cout << k_cache_help, 0;
     if (topic == "cc") return cmd_cc({"--help"}, global);
+    if (topic == "nvrtc") return cmd_nvrtc({"--help"}, global);
     if (topic == "doctor") return cmd_doctor({"--help"}, global);
     if (topic == "config") return cmd_config({"--help"}, global);
     if (topic == "key") return cmd_key({"--help"}, global);

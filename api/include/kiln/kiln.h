@@ -430,6 +430,10 @@ class KILN_API Context {
   // each read, checked and handed out as find_files hands it out; a damaged one is left out (and
   // removed). What `kiln warm --triton` replays: the records a run kept (kind triton-record).
   std::vector<FileGroup> list_files(const std::string& kind);
+  // Adds `delta` to the counter `name` in the cache's counters (`kiln cache stats`): what a
+  // program that keeps its compiles through these calls did beside them (the NVRTC library's
+  // compiles it could not key). A name holds no blank; nothing happens without a cache.
+  void count(const std::string& name, int64_t delta = 1);
 
   // Device memory.
   void* allocate(size_t bytes);

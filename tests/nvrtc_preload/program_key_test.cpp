@@ -1,0 +1,132 @@
+// What libkiln_nvrtc.so keys a program by and keeps of a compile (nvrtc_preload/program_key.h):
+// every field of the key counts, options it cannot key are named, and bytes from the store that
+// are not what it wrote are refused, never read past their end.
+#include "nvrtc_preload/program_key.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/test_util.h"
+
+namespace kiln::nvrtc_preload {
+namespace {
+
+ProgramInput base_input() {
+  ProgramInput in;
+  in.nvrtc_identity = "65be0db3 13.0";
+  in.name = "k.cu";
+  in.source = "__global__ void k() {}";
+  in.headers = {{"a.h", "#define A 1"}};
+  in.options = {"-arch=sm_90", "-I/inc"};
+  in.name_expressions = {"k"};
+  return in;
+}
+
+TEST(NvrtcProgramKey, EveryInputChangesTheKey) {
+  const std::string base = input_key_text(base_input());
+  std::vector<ProgramInput> changed(8, base_input());
+  changed[0].nvrtc_identity = "65be0db3 13.2";
+  changed[1].name = "k2.cu";
+  changed[2].source += " ";
+  changed[3].headers[0].second = "#define A 2";
+  changed[4].headers[0].first = "b.h";
+  changed[5].options = {"-I/inc", "-arch=sm_90"};  // order matters: a later -D wins
+  changed[6].name_expressions.push_back("k2");
+  changed[7].options = {"-arch=sm_90 -I/inc"};  // one option with a blank is not two
+  for (auto& c : changed) EXPECT_NE(input_key_text(c), base);
+  // Fields cannot run into each other: text moved from the source into a header is another key.
+  ProgramInput a = base_input(), b = base_input();
+  a.source = "x";
+  a.headers = {{"h", "yz"}};
+  b.source = "xy";
+  b.headers = {{"h", "z"}};
+  EXPECT_NE(input_key_text(a), input_key_text(b));
+}
+
+TEST(NvrtcProgramKey, OptionsThatTouchFilesOrAreUnknownAreNamed) {
+  for (const char* known : {"-arch=sm_90", "--gpu-architecture=compute_90", "-I/x", "--include-path=/x", "-DN=1", "-U N",
+                            "-std=c++17", "--use_fast_math", "-default-device", "-lineinfo", "--dlink-time-opt", "-rdc=true"})
+    EXPECT_EQ(uncacheable_option(known), "") << known;
+  EXPECT_EQ(uncacheable_option("--pch"), "precompiled headers (--pch)");
+  EXPECT_EQ(uncacheable_option("--use-pch=/tmp/a.pch"), "precompiled headers (--use-pch)");
+  EXPECT_EQ(uncacheable_option("--create-pch=a.pch"), "precompiled headers (--create-pch)");
+  EXPECT_EQ(uncacheable_option("--fdevice-time-trace=t.json"), "option --fdevice-time-trace");
+  EXPECT_EQ(uncacheable_option("--time=t.csv"), "option --time");
+  EXPECT_EQ(uncacheable_option("-fsomething-new"), "option -fsomething-new");
+}
+
+TEST(NvrtcProgramKey, TheArtifactKeyIsTheManifestAsItIsNow) {
+  testing::TempDir dir;
+  dir.write("inc/a.h", "one");
+  std::vector<std::string> paths = {dir / "inc/a.h", dir / "earlier/a.h", dir / "inc"};
+  auto key = [&] {
+    std::vector<Probe> probes;
+    for (auto& p : paths) probes.push_back({p, probe_state(p)});
+    return artifact_key_text("input", probes);
+  };
+  EXPECT_EQ(probe_state(dir / "earlier/a.h"), "absent");
+  EXPECT_EQ(probe_state(dir / "inc"), "other");
+  const std::string first = key();
+  EXPECT_EQ(key(), first);
+  dir.write("inc/a.h", "two");  // a header that changed
+  EXPECT_NE(key(), first);
+  dir.write("inc/a.h", "one");
+  EXPECT_EQ(key(), first);
+  dir.write("earlier/a.h", "one");  // one that appeared where the search found nothing before
+  EXPECT_NE(key(), first);
+  EXPECT_NE(artifact_key_text("input2", {}), artifact_key_text("input", {}));
+}
+
+TEST(NvrtcProgramKey, PathsRoundTripAndMalformedListsAreRefused) {
+  std::vector<std::string> paths = {"/usr/local/cuda/include/cuda_fp16.h", "inc/a b.h", "x:y"};
+  auto back = decode_paths(encode_paths(paths));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, paths);
+  EXPECT_TRUE(decode_paths("")->empty());
+  for (std::string_view bad : {"5:abc", "3abc", ":abc", "-1:a", "99999999999999999999999:a", "0:", "3:abc2:", "x:abc"})
+    EXPECT_FALSE(decode_paths(bad)) << bad;
+  EXPECT_FALSE(decode_paths(std::string((1 << 20) + 1, '1')));
+}
+
+TEST(NvrtcProgramKey, ResultsRoundTripAndDamagedOnesAreRefused) {
+  CompileResult r;
+  r.compile_code = 0;
+  r.outputs["ptx"] = {0, std::string("ptx text\0", 9)};
+  r.outputs["cubin"] = {0, std::string("\x7f" "ELF\0\1", 6)};
+  r.outputs["ltoir"] = {7, ""};  // NVRTC's answer when no LTO-IR was asked for
+  r.outputs["log"] = {0, std::string(1, '\0')};
+  r.lowered_names["k<3>"] = {0, "_Z1kILi3EEvv"};
+  r.lowered_names["bad"] = {10, ""};
+  r.pch_create_status = 13;
+  r.pch_heap_required_code = 0;
+  r.pch_heap_required = 12345;
+  auto files = encode_result(r);
+  std::map<std::string, std::string> stored(files.begin(), files.end());
+  EXPECT_EQ(stored.count("ltoir"), 0u);  // a failed getter keeps no bytes
+  auto back = decode_result(stored);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->compile_code, 0);
+  EXPECT_EQ(back->outputs, r.outputs);
+  EXPECT_EQ(back->lowered_names, r.lowered_names);
+  EXPECT_EQ(back->pch_create_status, 13);
+  EXPECT_EQ(back->pch_heap_required, 12345u);
+
+  auto without = [&](const std::string& name) {
+    auto m = stored;
+    m.erase(name);
+    return m;
+  };
+  EXPECT_FALSE(decode_result(without("status")));
+  EXPECT_FALSE(decode_result(without("names")));
+  EXPECT_FALSE(decode_result(without("cubin")));  // the status says it succeeded: its bytes must be there
+  for (std::string bad_status : {"", "1:0", "1:01:31:0", "1:01:31:01:01:x1:0", "1:01:31:01:03:ptx", "1:01:31:01:05:other1:0"}) {
+    auto m = stored;
+    m["status"] = bad_status;
+    EXPECT_FALSE(decode_result(m)) << bad_status;
+  }
+  auto m = stored;
+  m["names"] = "4:k<3>1:0";  // a lowered name cut off
+  EXPECT_FALSE(decode_result(m));
+}
+
+}  // namespace
+}  // namespace kiln::nvrtc_preload
