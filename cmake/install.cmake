@@ -3,6 +3,8 @@
 #   P/lib/libkiln.so                    the C++ API (<kiln/kiln.h>)
 #   P/lib/kiln/libkiln_jit_clang.so     the in-process Clang toolchain, dlopen'ed on a miss
 #   P/lib/kiln/kiln-spirv, kiln-hiprtc  helpers run per compile: LLVM's SPIR-V back end, hiprtc
+#   P/lib/kiln/libkiln_nvrtc.so         NVRTC with kiln's cache, for LD_PRELOAD (`kiln nvrtc --preload`),
+#   P/lib/kiln/libkiln_nvrtc_store.so   and the store side it loads on a first compile
 #   P/lib/kiln/llvm                     with KILN_STATIC_LLVM (a wheel): Clang's resource folder,
 #                                       compiler-rt's builtins and libomp, as an LLVM prefix
 #   P/include/kiln/kiln.h               the public header
@@ -41,6 +43,7 @@ if(TARGET kiln_jit_clang)
   endif()
 endif()
 install(TARGETS kiln-hiprtc RUNTIME DESTINATION lib/kiln)
+install(TARGETS kiln_nvrtc_preload kiln_nvrtc_store LIBRARY DESTINATION lib/kiln)
 install(FILES ${PROJECT_SOURCE_DIR}/api/include/kiln/kiln.h DESTINATION include/kiln)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/specs/ DESTINATION share/kiln/specs)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/backends/cpu/include/ DESTINATION share/kiln/include/cpu)

@@ -287,6 +287,20 @@ void load() {
     }
     if (handle) break;
   }
+  // In a process running with LD_PRELOAD=$(kiln nvrtc --preload), asking for libnvrtc.so.13 by
+  // name answers with kiln's own NVRTC library: kiln's ops then use the real NVRTC behind it
+  // (their compiles are kiln's artifacts already; caching them twice would only cost).
+  if (handle) {
+    using RealPath = const char* (*)();
+    if (auto real_path = reinterpret_cast<RealPath>(::dlsym(handle, "kiln_nvrtc_preload_real_library"))) {
+      const char* path = real_path();
+      void* real = path ? ::dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
+      if (real) {
+        handle = real;
+        loaded = path;
+      }
+    }
+  }
   if (!handle) {
     std::string where;
     for (auto& t : tried) where += (where.empty() ? "" : ", ") + t;

@@ -19,6 +19,7 @@ cmake --install "$build" --prefix "$work/installed" >/dev/null
 mv "$work/installed" "$work/moved"
 prefix=$work/moved
 for f in bin/kiln lib/libkiln.so lib/kiln/libkiln_jit_clang.so lib/kiln/kiln-spirv lib/kiln/kiln-hiprtc include/kiln/kiln.h \
+         lib/kiln/libkiln_nvrtc.so lib/kiln/libkiln_nvrtc_store.so \
          share/kiln/specs/vector_add.toml share/kiln/include/cpu/kiln/cpu_kernel.h share/kiln/include/hip/kiln/hip_prelude.h \
          lib/cmake/kiln/kilnConfig.cmake lib/pkgconfig/kiln.pc; do
   [ -e "$prefix/$f" ] || fail "$f is not installed"
@@ -67,6 +68,22 @@ int main() {
 CPP
 c++ -std=c++17 "$work/pc.cpp" $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs kiln) -o "$work/pc"
 "$work/pc" >/dev/null || fail "a program built with pkg-config kiln"
+
+# The NVRTC library for LD_PRELOAD: named by the moved CLI, exporting NVRTC's entry points alone,
+# and (where the test client was built against a real NVRTC) its store side finding libkiln.so
+# one folder up: a compile kept, then a hit.
+preload=$("$prefix/bin/kiln" nvrtc --preload) || fail "kiln nvrtc --preload: $preload"
+[ "$preload" = "$prefix/lib/kiln/libkiln_nvrtc.so" ] || fail "kiln nvrtc --preload names $preload"
+others=$(nm -D --defined-only "$preload" | awk '{print $3}' | grep -vE '^(nvrtc|__nvrtc|kiln_nvrtc_preload_real_library@|libnvrtc\.so\.13)' || true)
+[ -z "$others" ] || fail "libkiln_nvrtc.so exports more than NVRTC's entry points: $(head -5 <<<"$others")"
+if [ -x "$build/bin/nvrtc_client" ] && [ -d /usr/local/cuda/include ]; then
+  printf '__global__ void k(float* p) { p[0] = 1; }\n' >"$work/k.cu"
+  for expect in "compiled in" "hit (disk)"; do
+    LD_PRELOAD="$preload" KILN_CACHE_DIR="$work/nvrtc-cache" KILN_REMOTE_CACHE= KILN_NVRTC_LOG="$work/nvrtc.log" \
+      "$build/bin/nvrtc_client" "$work/k.cu" k -arch=sm_90 >/dev/null || fail "nvrtc_client under the installed preload"
+    grep -q "$expect" "$work/nvrtc.log" || fail "the installed NVRTC library did not log '$expect': $(cat "$work/nvrtc.log")"
+  done
+fi
 
 # Only kiln's API leaves the library: no SQLite, zstd, LLVM or kiln internals to clash with.
 leaked=$(nm -D --defined-only "$prefix/lib/libkiln.so" | c++filt | grep -E ' (sqlite3_|ZSTD_|XXH|kiln::(builders|cache|runtime|jit|support)::)' || true)

@@ -142,3 +142,22 @@ TEST_F(NvrtcPreload, NodesSharingRedisCompileOnce) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// kiln's own CUDA ops compile through the real NVRTC behind the preloaded library (the library
+// would only cache them twice), and the real one's build id enters their keys, not kiln's.
+TEST(NvrtcPreloadAndKilnsOwnOps, KilnsLoaderAskingByNameGetsTheRealNvrtc) {
+  if (std::string(KILN_TEST_NVRTC_CLIENT).empty()) GTEST_SKIP() << "no libnvrtc.so here (the CUDA toolkit's NVRTC)";
+  std::string lib_dir = std::string(KILN_TEST_CUDA_INCLUDE) + "/../lib64";
+  auto r = testing::run_process({testing::kiln_binary(), "toolchains"}, {{"LD_PRELOAD", KILN_TEST_NVRTC_PRELOAD},
+                                                                        {"KILN_NVRTC_LIBRARY", "libnvrtc.so.13"},
+                                                                        {"LD_LIBRARY_PATH", lib_dir}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("nvrtc: nvrtc;libnvrtc.so.13="), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("libkiln_nvrtc"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace kiln
