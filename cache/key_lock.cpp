@@ -46,7 +46,12 @@ KeyLock KeyLock::acquire(const std::string& root, const Hash128& key, std::chron
 KeyLock::KeyLock(KeyLock&& other) noexcept : m_fd(other.m_fd), m_waited(other.m_waited) { other.m_fd = -1; }
 
 KeyLock::~KeyLock() {
-  if (m_fd >= 0) ::close(m_fd);  // closing the last descriptor releases the flock
+  if (m_fd < 0) return;
+  // Released outright, not by the close: a child forked while the lock was held (a compiler's
+  // worker, a process NVRTC's host forks) shares the open file, and the flock, until it exits;
+  // only the holder's LOCK_UN frees it for the waiters meanwhile.
+  ::flock(m_fd, LOCK_UN);
+  ::close(m_fd);
 }
 
 }  // namespace kiln::cache

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -172,12 +173,29 @@ void count(const std::string& name) {
   }
 }
 
+// NVRTC asks for the working folder and stats it on every compile, and writes it into the output
+// only with debug information (-G, -lineinfo: DW_AT_comp_dir; measured with NVRTC 13.0, the same
+// PTX from two folders otherwise): only then is it in the key, so that processes started in other
+// folders share the rest. A relative path it probed stays in the manifest, relative to the folder
+// it is looked at from.
+void drop_cwd_unless_written(ProbeLog& probes, const std::vector<std::string>& options) {
+  for (auto& o : options) {
+    std::string_view name = std::string_view(o).substr(0, o.find('='));
+    if (name == "-G" || name == "--device-debug" || name == "-lineinfo" || name == "--generate-line-info") return;
+  }
+  std::string cwd;
+  for (auto& [probe, stamp] : probes.probes)
+    if (probe == "cwd:" && stamp.rfind("value:", 0) == 0) cwd = stamp.substr(6);
+  std::erase_if(probes.probes, [&](const auto& p) { return p.first == "cwd:" || (p.first == cwd && p.second == "dir"); });
+}
+
 int compile(void* handle, int num_options, const char* const* options) {
   const RealNvrtc* real = real_or_log();
   if (!real) return k_internal_error;
   auto program = program_of(handle);
   const char* disabled = std::getenv("KILN_NVRTC_DISABLE");
   if (!program || (disabled && *disabled && std::strcmp(disabled, "0") != 0)) return real->nvrtcCompileProgram(handle, num_options, options);
+  program->served.reset();  // compiled again (perhaps with other options): answered anew
   std::string& label = program->input.name;
   std::string why = program->unkeyable;
   std::vector<std::string> opts;
@@ -189,7 +207,8 @@ int compile(void* handle, int num_options, const char* const* options) {
     opts.emplace_back(options[i]);
     why = uncacheable_option(options[i]);
   }
-  if (why.empty() && !real->probes_recorded) why = "the real NVRTC's file probes could not be recorded";
+  if (why.empty() && !real->probes_recorded) why = "the real NVRTC's file probes cannot be recorded: " + real->probes_why;
+  if (why.empty() && std::getenv("DUMP_KNOBS_TO_FILE")) why = "DUMP_KNOBS_TO_FILE makes NVRTC write a file";
   const Bridge* b = why.empty() ? bridge() : nullptr;
   if (!why.empty() || !b) {
     if (!why.empty()) {
@@ -200,23 +219,30 @@ int compile(void* handle, int num_options, const char* const* options) {
   }
   program->input.nvrtc_identity = real->identity;
   program->input.options = std::move(opts);
+  program->input.environment = environment_in_key();
   std::string key = input_key_text(program->input);
   auto began = std::chrono::steady_clock::now();
   std::map<std::string, std::string> files;
   void* token = nullptr;
   int found = b->lookup(key.data(), key.size(), put_into_map, &files, &token);
   if (found == 0) {
-    auto source = files["source"];
     if (auto result = decode_result(files)) {
       program->served = std::move(*result);
-      say(label + ": hit (" + source + ") in " + std::to_string(ms_since(began)) + " ms");
+      say(label + ": hit (" + files["source"] + ") in " + std::to_string(ms_since(began)) + " ms");
       return program->served->compile_code;
     }
-    say(label + ": a stored compile could not be read: compiling");
+    say(label + ": a stored compile could not be read: compiling");  // the store side checked it: not expected
   } else if (found < 0) {
     say(label + ": not cached (" + files["error"] + ")");
+  } else if (files.count("error")) {
+    say(label + ": " + files["error"]);
   }
   ProbeLog probes;
+  // The clock file times come from (the kernel's coarse one, a tick behind the precise clock):
+  // a write after this instant has a time at or after it.
+  struct timespec coarse{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &coarse);
+  int64_t started_ns = int64_t{coarse.tv_sec} * 1000000000 + coarse.tv_nsec;
   auto compile_began = std::chrono::steady_clock::now();
   int code;
   {
@@ -225,22 +251,40 @@ int compile(void* handle, int num_options, const char* const* options) {
   }
   double compile_ms = ms_since(compile_began);
   if (found != 1) return code;
-  if (code != 0) {  // not kept: the next compile says it again
+  drop_cwd_unless_written(probes, program->input.options);
+  std::string unkept;
+  if (code != 0) unkept = "failed (" + std::to_string(code) + ")";  // the next compile says it again
+  for (auto& [probe, stamp] : probes.probes)
+    if (unkept.empty() && stamp == "special") unkept = "it read " + probe + ", which is not a file";
+  if (!unkept.empty()) {
     b->drop(token);
-    say(label + ": compiled in " + std::to_string(compile_ms) + " ms, failed (" + std::to_string(code) + "), not kept");
+    say(label + ": compiled in " + std::to_string(compile_ms) + " ms, " + unkept + ", not kept");
+    if (code == 0) count("nvrtc|not_cached|" + unkept.substr(0, unkept.find(',')));
     return code;
   }
-  auto result = encode_result(collect(*real, handle, code, *program));
-  std::vector<KilnNvrtcFile> out;
-  for (auto& [name, bytes] : result) out.push_back({name.c_str(), bytes.data(), bytes.size()});
-  std::vector<const char*> paths;
-  for (auto& p : probes.paths) paths.push_back(p.c_str());
-  std::map<std::string, std::string> kept_error;
-  std::string toolchain = "nvrtc " + real->identity;
-  int kept = b->keep(token, paths.data(), paths.size(), out.data(), out.size(), compile_ms, label.c_str(), toolchain.c_str(),
-                     put_into_map, &kept_error);
-  say(label + ": compiled in " + std::to_string(compile_ms) + " ms (" + std::to_string(paths.size()) + " paths looked at), " +
-      (kept == 0 ? "kept" : "not kept: " + kept_error["error"]));
+  try {
+    auto result = encode_result(collect(*real, handle, code, *program));
+    std::vector<KilnNvrtcFile> out;
+    for (auto& [name, bytes] : result) out.push_back({name.c_str(), bytes.data(), bytes.size()});
+    std::vector<const char*> paths, stamps;
+    for (auto& [probe, stamp] : probes.probes) {
+      paths.push_back(probe.c_str());
+      stamps.push_back(stamp.c_str());
+    }
+    std::map<std::string, std::string> kept_error;
+    std::string toolchain = "nvrtc " + real->identity;
+    int kept = b->keep(token, paths.data(), stamps.data(), paths.size(), started_ns, out.data(), out.size(), compile_ms,
+                       label.c_str(), toolchain.c_str(), put_into_map, &kept_error);
+    token = nullptr;  // the store side ended it
+    say(label + ": compiled in " + std::to_string(compile_ms) + " ms (" + std::to_string(paths.size()) + " probes), " +
+        (kept == 0 ? "kept" : "not kept: " + kept_error["error"]));
+    if (const char* v = std::getenv("KILN_NVRTC_LOG_PROBES"); v && *v && std::strcmp(v, "0") != 0)
+      for (auto& [probe, stamp] : probes.probes) say(label + ":   " + probe + " " + stamp);
+    if (kept != 0) count("nvrtc|not_cached|not_kept");
+  } catch (const std::exception& e) {  // nothing may leave through NVRTC's C API
+    if (token) b->drop(token);
+    say(label + ": compiled, not kept (" + e.what() + ")");
+  }
   return code;
 }
 
@@ -311,12 +355,14 @@ extern "C" int nvrtcCreateProgram(void** prog, const char* src, const char* name
   auto p = std::make_shared<Program>();
   p->input.name = name ? name : "default_program";
   p->input.source = src ? src : "";
+  p->unkeyable = uncacheable_text(p->input.source);
   for (int i = 0; i < num_headers; ++i) {
     if (!headers || !include_names || !headers[i] || !include_names[i]) {
       p->unkeyable = "a header given as NULL";
       break;
     }
     p->input.headers.emplace_back(include_names[i], headers[i]);
+    if (p->unkeyable.empty()) p->unkeyable = uncacheable_text(headers[i]);
   }
   std::lock_guard lock(g_programs_mutex);
   g_programs[*prog] = std::move(p);
@@ -342,8 +388,11 @@ extern "C" int nvrtcAddNameExpression(void* prog, const char* name_expression) {
 }
 
 extern "C" int nvrtcCompileProgram(void* prog, int num_options, const char* const* options) {
-  if (auto p = program_of(prog); p && p->served) return p->served->compile_code;  // compiled again: the same answer
-  return compile(prog, num_options, options);
+  try {
+    return compile(prog, num_options, options);
+  } catch (const std::exception&) {  // nothing may leave through NVRTC's C API (an allocation failed)
+    return 1;                        // NVRTC_ERROR_OUT_OF_MEMORY
+  }
 }
 
 KILN_SERVED_OUTPUT(nvrtcGetPTXSize, nvrtcGetPTX, "ptx")
@@ -383,21 +432,23 @@ extern "C" const char* kiln_nvrtc_preload_real_library() {
   return real ? real->path.c_str() : nullptr;
 }
 
-// __nvrtcCPEx and __nvrtcNvvmHandle: undocumented (cuBLASLt and cuDNN look them up), so
-// forwarded by a jump that leaves every argument register as the caller set it. The real
-// address is looked up on the first call, with the argument registers saved around the lookup.
-extern "C" void* kiln_nvrtc_resolve_hidden(int which) {
+// __nvrtcCPEx: undocumented (cuBLASLt and cuDNN look it up; every NVRTC 13 has it), so forwarded
+// by a jump that leaves every argument register as the caller set it. The real address is looked
+// up on the first call, with the argument registers saved around the lookup. (13.2's
+// __nvrtcNvvmHandle is not exported: 13.0 lacks it, and a caller that looks it up must be told
+// the truth, not handed a jump to nothing.)
+extern "C" void* kiln_nvrtc_resolve_hidden(int) {
   const RealNvrtc* real = real_nvrtc();
-  void* target = real ? (which == 0 ? real->cpex : real->nvvm_handle) : nullptr;
-  if (!target) {
-    say(std::string(which == 0 ? "__nvrtcCPEx" : "__nvrtcNvvmHandle") + " called, and no real NVRTC has it");
+  if (!real || !real->cpex) {
+    const char text[] = "kiln nvrtc: __nvrtcCPEx called, and no real NVRTC has it\n";
+    (void)!::write(2, text, sizeof text - 1);
     std::abort();  // no signature to answer an error with
   }
-  return target;
+  return real->cpex;
 }
 #if defined(__x86_64__)
 #define KILN_HIDDEN_FORWARD(symbol, which)                                                                  \
-  asm(".text\n.globl " #symbol "\n.type " #symbol ",@function\n" #symbol ":\n"                              \
+  asm(".pushsection .text\n.globl " #symbol "\n.type " #symbol ",@function\n" #symbol ":\n"                              \
       "  push %rdi\n  push %rsi\n  push %rdx\n  push %rcx\n  push %r8\n  push %r9\n  push %rax\n"           \
       "  sub $128, %rsp\n"                                                                                   \
       "  movdqu %xmm0, 0(%rsp)\n  movdqu %xmm1, 16(%rsp)\n  movdqu %xmm2, 32(%rsp)\n  movdqu %xmm3, 48(%rsp)\n" \
@@ -407,7 +458,6 @@ extern "C" void* kiln_nvrtc_resolve_hidden(int which) {
       "  movdqu 64(%rsp), %xmm4\n  movdqu 80(%rsp), %xmm5\n  movdqu 96(%rsp), %xmm6\n  movdqu 112(%rsp), %xmm7\n" \
       "  add $128, %rsp\n"                                                                                   \
       "  pop %rax\n  pop %r9\n  pop %r8\n  pop %rcx\n  pop %rdx\n  pop %rsi\n  pop %rdi\n  jmp *%r11\n"     \
-      ".size " #symbol ", .-" #symbol "\n");
+      ".size " #symbol ", .-" #symbol "\n.popsection\n");
 KILN_HIDDEN_FORWARD(__nvrtcCPEx, 0)
-KILN_HIDDEN_FORWARD(__nvrtcNvvmHandle, 1)
 #endif

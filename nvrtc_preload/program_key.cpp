@@ -1,13 +1,20 @@
 #include "nvrtc_preload/program_key.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <charconv>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "support/file_memo.h"
 #include "support/hash.h"
+
+extern char** environ;
 
 namespace kiln::nvrtc_preload {
 namespace {
@@ -16,7 +23,7 @@ namespace {
 // search and write nothing: their value, if any, is keyed as written. Each row: the long
 // spelling and the short one. An option given with "=value" or, for the one-letter forms (-I,
 // -D, -U), with its value attached, matches its row.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 52> k_known_options{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 51> k_known_options{{
     {"--gpu-architecture", "-arch"}, {"--device-c", "-dc"}, {"--device-w", "-dw"},
     {"--relocatable-device-code", "-rdc"}, {"--extensible-whole-program", "-ewp"}, {"--device-debug", "-G"},
     {"--generate-line-info", "-lineinfo"}, {"--dopt", "-dopt"}, {"--ptxas-options", "-Xptxas"},
@@ -30,7 +37,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 52> k_known_
     {"--device-as-default-execution-space", "-default-device"}, {"--device-int128", "-device-int128"},
     {"--optimization-info", "-opt-info"}, {"--display-error-number", "-err-no"}, {"--no-display-error-number", "-no-err-no"},
     {"--diag-error", "-diag-error"}, {"--diag-suppress", "-diag-suppress"}, {"--diag-warn", "-diag-warn"},
-    {"--brief-diagnostics", "-brief-diag"}, {"--split-compile", "-split-compile"}, {"--fdevice-syntax-only", "-fdevice-syntax-only"},
+    {"--brief-diagnostics", "-brief-diag"}, {"--fdevice-syntax-only", "-fdevice-syntax-only"},
     {"--minimal", "-minimal"}, {"--Werror", "-Werror"}, {"--Wreorder", "-Wreorder"}, {"--Wno-deprecated-declarations", "-Wno-deprecated-declarations"},
     {"--Wno-deprecated-gpu-targets", "-Wno-deprecated-gpu-targets"}, {"--gen-lto", "-gen-lto"}, {"--lto", "-lto"},
     {"--ptx", "-ptx"}, {"--fdevice-sanitize", "-fdevice-sanitize"},
@@ -88,13 +95,35 @@ constexpr std::array<std::string_view, 6> k_outputs{"ptx", "cubin", "ltoir", "op
 }  // namespace
 
 std::string uncacheable_option(std::string_view option) {
+  if (option.empty() || option[0] != '-') return "a value without its option";  // "-I", "/x": NVRTC takes "-I/x"
   std::string_view name = option.substr(0, option.find('='));
+  if (option.find("apply-controls") != std::string_view::npos) return "ptxas reads a file (--apply-controls)";
   for (auto& [long_form, short_form] : k_known_options)
     if (name == long_form || name == short_form) return "";
   for (auto prefix : k_attached)
     if (option.size() > prefix.size() && option.substr(0, prefix.size()) == prefix) return "";
   if (name.find("pch") != std::string_view::npos) return "precompiled headers (" + std::string(name) + ")";
   return "option " + std::string(name.substr(0, 64));
+}
+
+std::string uncacheable_text(std::string_view text) {
+  for (std::string_view macro : {"__DATE__", "__TIME__", "__TIMESTAMP__"})
+    if (text.find(macro) != std::string_view::npos) return "it names the time of its compile (" + std::string(macro) + ")";
+  return "";
+}
+
+std::vector<std::string> environment_in_key() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view v(*e);
+    for (std::string_view prefix : {"NVRTC", "NVVM", "NV_NVVM", "EDG_", "LLVM_OVERRIDE", "CAN_FINALIZE"})
+      if (v.substr(0, prefix.size()) == prefix) {
+        out.emplace_back(v);
+        break;
+      }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string input_key_text(const ProgramInput& input) {
@@ -108,17 +137,60 @@ std::string input_key_text(const ProgramInput& input) {
   }
   for (auto& o : input.options) add_field(out, "option", o);
   for (auto& e : input.name_expressions) add_field(out, "name-expression", e);
+  for (auto& e : input.environment) add_field(out, "environment", e);
   return out;
 }
 
-std::string probe_state(const std::string& path) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) return "absent";
-  if (!S_ISREG(st.st_mode)) return "other";
+bool special_path(std::string_view path) {
+  for (std::string_view prefix : {"/dev/", "/proc/", "/sys/"})
+    if (path.substr(0, prefix.size()) == prefix) return true;
+  return false;
+}
+
+std::string stamp_of(const struct ::stat& st, std::string_view path) {
+  if (special_path(path)) return "special";
+  if (S_ISDIR(st.st_mode)) return "dir";
+  if (!S_ISREG(st.st_mode)) return "special";
+  auto ns = [](const struct timespec& t) { return std::to_string(int64_t{t.tv_sec} * 1000000000 + t.tv_nsec); };
+  return "file:" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+         ns(st.st_mtim) + ":" + ns(st.st_ctim);
+}
+
+namespace {
+std::string value_state(const char* value) { return value ? "value:" + std::string(value) : "unset"; }
+std::string cwd_state() {
+  char buf[PATH_MAX];
+  return ::getcwd(buf, sizeof buf) ? value_state(buf) : "unset";
+}
+}  // namespace
+
+std::string stamp_now(const std::string& probe) {
+  if (probe.rfind("env:", 0) == 0) return value_state(std::getenv(probe.c_str() + 4));
+  if (probe == "cwd:") return cwd_state();
+  struct ::stat st{};
+  if (::stat(probe.c_str(), &st) != 0) return errno == ENOENT || errno == ENOTDIR ? "absent" : "special";
+  return stamp_of(st, probe);
+}
+
+std::string probe_state(const std::string& probe) {
+  std::string stamp = stamp_now(probe);
+  if (stamp.rfind("file:", 0) != 0) return stamp;
   // Through the process's file memo: a header hashed once is a stat on every later lookup.
-  auto hash = memo_file_hash(path);
+  auto hash = memo_file_hash(probe);
   if (!hash.ok()) return "unreadable";  // never equal to a state a compile recorded as read
   return "file:" + hash->hex();
+}
+
+bool stamp_newer_than(std::string_view stamp, int64_t since_ns) {
+  if (stamp.substr(0, 5) != "file:") return false;
+  // file:dev:ino:size:mtime:ctime
+  size_t at = 5;
+  for (int i = 0; i < 3; ++i) at = stamp.find(':', at) + 1;
+  int64_t mtime = 0, ctime = 0;
+  auto colon = stamp.find(':', at);
+  std::from_chars(stamp.data() + at, stamp.data() + colon, mtime);
+  std::from_chars(stamp.data() + colon + 1, stamp.data() + stamp.size(), ctime);
+  return mtime >= since_ns || ctime >= since_ns;
 }
 
 std::string artifact_key_text(std::string_view input_key_text, const std::vector<Probe>& probes) {
@@ -150,6 +222,36 @@ std::optional<std::vector<std::string>> decode_paths(std::string_view bytes) {
     paths.emplace_back(*p);
   }
   return paths;
+}
+
+bool paths_fit(const std::vector<std::string>& paths) {
+  if (paths.size() > k_max_paths) return false;
+  size_t bytes = 0;
+  for (auto& p : paths) {
+    if (p.empty()) return false;
+    bytes += p.size() + 21;
+  }
+  return bytes <= k_max_paths_bytes;
+}
+
+std::string encode_manifests(const std::vector<std::vector<std::string>>& lists) {
+  std::string out;
+  for (auto& l : lists) put(out, encode_paths(l));
+  return out;
+}
+
+std::optional<std::vector<std::vector<std::string>>> decode_manifests(std::string_view bytes) {
+  if (bytes.size() > k_max_manifest_lists * (k_max_paths_bytes + 21)) return std::nullopt;
+  std::vector<std::vector<std::string>> lists;
+  FieldReader in(bytes);
+  while (!in.done()) {
+    auto list = in.next();
+    if (!list || lists.size() >= k_max_manifest_lists) return std::nullopt;
+    auto paths = decode_paths(*list);
+    if (!paths) return std::nullopt;
+    lists.push_back(std::move(*paths));
+  }
+  return lists;
 }
 
 std::vector<std::pair<std::string, std::string>> encode_result(const CompileResult& r) {

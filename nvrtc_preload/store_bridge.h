@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 extern "C" {
 
@@ -24,11 +25,14 @@ typedef void (*KilnNvrtcPut)(void* context, const char* name, const char* data, 
 // given to `put`. 1: a miss; `*token` holds the key (one compile per key across processes and
 // nodes) until kiln_nvrtc_store_keep or kiln_nvrtc_store_drop. -1: no store here (`put` "error").
 typedef int (*KilnNvrtcLookup)(const char* key, size_t key_size, KilnNvrtcPut put, void* context, void** token);
-// Keeps a compile's files under the key with the paths it looked at (`paths`), then ends the
-// token. 0 when kept; -1 with `put` "error" otherwise.
-typedef int (*KilnNvrtcKeep)(void* token, const char* const* paths, size_t path_count, const KilnNvrtcFile* files,
-                             size_t file_count, double compile_ms, const char* label, const char* toolchain,
-                             KilnNvrtcPut put, void* context);
+// Keeps a compile's files under the key with what it looked at (`probes`, each with its stamp
+// when the compile looked: program_key.h), then ends the token. Not kept when a stamp is not what
+// it is now or is newer than `started_ns` (CLOCK_REALTIME_COARSE when the compile began): the
+// file changed while it compiled, and what is hashed now is not what it read. 0 when kept; -1
+// with `put` "error" saying why otherwise.
+typedef int (*KilnNvrtcKeep)(void* token, const char* const* probes, const char* const* stamps, size_t probe_count,
+                             int64_t started_ns, const KilnNvrtcFile* files, size_t file_count, double compile_ms,
+                             const char* label, const char* toolchain, KilnNvrtcPut put, void* context);
 // Ends a token without keeping anything (the compile failed: the next asker compiles).
 typedef void (*KilnNvrtcDrop)(void* token);
 // Adds one to the store's counter `name` (`kiln cache stats`).

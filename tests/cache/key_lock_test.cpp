@@ -58,6 +58,27 @@ TEST(KeyLockTest, TheLockOfAHolderThatDiedIsFree) {
   EXPECT_TRUE(lock.held());
 }
 
+TEST(KeyLockTest, AChildForkedWhileItWasHeldDoesNotKeepItAfterTheHolderLetsGo) {
+  testing::TempDir dir;
+  Hash128 key = xxh3_128("forked");
+  pid_t child = -1;
+  {
+    auto lock = KeyLock::acquire(dir.path(), key, 1s);
+    ASSERT_TRUE(lock.held());
+    child = ::fork();  // inherits the lock's open file, as a compiler's forked worker would
+    if (child == 0) {
+      ::sleep(30);
+      ::_exit(0);
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto again = KeyLock::acquire(dir.path(), key, 5s);
+  EXPECT_TRUE(again.held());
+  EXPECT_FALSE(again.waited()) << "waited " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s";
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+}
+
 TEST(KeyLockTest, DifferentKeysDoNotWaitForEachOther) {
   testing::TempDir dir;
   pid_t holder = hold_in_child(dir.path(), xxh3_128("a"));

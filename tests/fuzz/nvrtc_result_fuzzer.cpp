@@ -15,6 +15,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = decode_paths(encode_paths(*paths));
     if (!again || *again != *paths) __builtin_trap();
   }
+  if (auto lists = decode_manifests(text)) {
+    auto again = decode_manifests(encode_manifests(*lists));
+    if (!again || *again != *lists) __builtin_trap();
+  }
   // The input split at 0xff bytes into a group's files: status, names, then ptx and cubin.
   std::map<std::string, std::string> files;
   const char* names[] = {"status", "names", "ptx", "cubin"};

@@ -4,7 +4,9 @@
    with a run of the real NVRTC alone.
 
    usage: nvrtc_client SOURCE NAME_EXPRESSION [OPTION...]
-   The environment's GIVEN_HEADER, when set, is handed to nvrtcCreateProgram as "given.h". */
+   The environment's GIVEN_HEADER, when set, is handed to nvrtcCreateProgram as "given.h"; its
+   RECOMPILE_ARCH, when set, compiles the same program a second time with that option in the
+   first option's place (the arch) and prints the answers again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,12 @@ int main(int argc, char** argv) {
   printf("add %d\n", nvrtcAddNameExpression(p, argv[2]));
   printf("compile %d\n", nvrtcCompileProgram(p, argc - 3, (const char* const*)argv + 3));
   output(p, "ptx", nvrtcGetPTXSize, nvrtcGetPTX);
+  const char* again = getenv("RECOMPILE_ARCH");
+  if (again && argc > 3) {
+    argv[3] = (char*)again;
+    printf("compile again %d\n", nvrtcCompileProgram(p, argc - 3, (const char* const*)argv + 3));
+    output(p, "ptx", nvrtcGetPTXSize, nvrtcGetPTX);
+  }
   output(p, "cubin", nvrtcGetCUBINSize, nvrtcGetCUBIN);
   output(p, "ltoir", nvrtcGetLTOIRSize, NULL);
   size_t log_size = 0;

@@ -3,6 +3,12 @@
 // redis-server. Skipped, saying why, where the CUDA toolkit's NVRTC is not installed.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
 #include <regex>
 
 #include "support/file_util.h"
@@ -41,12 +47,14 @@ class NvrtcPreload : public ::testing::Test {
   struct Run {
     std::string out, log;
   };
-  Run through_kiln(const std::string& cache, const std::string& remote = "", const std::vector<std::string>& extra = {}) {
+  Run through_kiln(const std::string& cache, const std::string& remote = "", const std::vector<std::string>& extra = {},
+                   std::map<std::string, std::string> env = {}, const std::string& cwd = "") {
     std::string log = m_dir / ("logs/" + std::to_string(m_runs++));
-    auto r = run_process(client(extra), {{"LD_PRELOAD", KILN_TEST_NVRTC_PRELOAD},
-                                         {"KILN_CACHE_DIR", m_dir / cache},
-                                         {"KILN_REMOTE_CACHE", remote},
-                                         {"KILN_NVRTC_LOG", log}});
+    env.insert({{"LD_PRELOAD", KILN_TEST_NVRTC_PRELOAD}, {"KILN_CACHE_DIR", m_dir / cache}, {"KILN_REMOTE_CACHE", remote},
+                {"KILN_NVRTC_LOG", log}});
+    auto argv = client(extra);
+    if (!cwd.empty()) argv.insert(argv.begin(), {"env", "-C", cwd});
+    auto r = run_process(argv, env);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     auto text = read_file(log);
     return {r.out, text.ok() ? *text : ""};
@@ -67,7 +75,7 @@ TEST_F(NvrtcPreload, AHitAnswersEveryCallAsTheRealCompileDid) {
 
   auto miss = through_kiln("cache");
   EXPECT_EQ(miss.out, alone.out);  // the same PTX, CUBIN, log, lowered name and PCH status
-  EXPECT_TRUE(std::regex_search(miss.log, std::regex("client.cu: compiled in .* ms \\([0-9]+ paths looked at\\), kept"))) << miss.log;
+  EXPECT_TRUE(std::regex_search(miss.log, std::regex("client.cu: compiled in .* ms \\([0-9]+ probes\\), kept"))) << miss.log;
   auto hit = through_kiln("cache");
   EXPECT_EQ(hit.out, alone.out);
   EXPECT_TRUE(std::regex_search(hit.log, std::regex("^kiln nvrtc: client.cu: hit \\(disk\\)"))) << hit.log;
@@ -90,6 +98,68 @@ TEST_F(NvrtcPreload, AChangedHeaderOrOneFoundEarlierInTheSearchIsAMiss) {
   EXPECT_NE(shadowed.log.find("compiled"), std::string::npos) << shadowed.log;
   EXPECT_NE(shadowed.out, first.out);  // it compiled the header found first
   EXPECT_EQ(shadowed.out, run_process(client()).out);
+}
+
+TEST_F(NvrtcPreload, AHeaderThatNowIncludesAnotherIsCompiledOnceThenServed) {
+  EXPECT_NE(through_kiln("cache").log.find("compiled"), std::string::npos);
+  m_dir.write("inc2/extra.h", "#define EXTRA 2\n");
+  m_dir.write("inc2/my.h", "#include \"extra.h\"\n__device__ inline float twice(float x) { return EXTRA * x; }\n");
+  EXPECT_NE(through_kiln("cache").log.find("compiled"), std::string::npos);
+  auto second = through_kiln("cache");  // its own manifest now, beside the first
+  EXPECT_NE(second.log.find("hit (disk)"), std::string::npos) << second.log;
+  EXPECT_EQ(second.out, run_process(client()).out);
+  m_dir.write("inc2/my.h", "__device__ inline float twice(float x) { return 2 * x; }\n");
+  EXPECT_NE(through_kiln("cache").log.find("hit (disk)"), std::string::npos);  // the first manifest's
+  EXPECT_EQ(testing::json_int(stats("cache"), "compiles"), 2);
+}
+
+TEST_F(NvrtcPreload, AProgramCompiledAgainWithOtherOptionsIsAnsweredForThem) {
+  std::map<std::string, std::string> again{{"RECOMPILE_ARCH", "-arch=compute_80"}};
+  auto alone = run_process(client(), again);
+  ASSERT_NE(alone.out.find("compile again 0"), std::string::npos) << alone.out;
+  EXPECT_EQ(through_kiln("cache", "", {}, again).out, alone.out);
+  auto served = through_kiln("cache", "", {}, again);  // the first compile a hit, the second too
+  EXPECT_EQ(served.out, alone.out);
+  EXPECT_EQ(std::count(served.log.begin(), served.log.end(), '\n'), 2) << served.log;
+  EXPECT_EQ(served.log.find("compiled"), std::string::npos) << served.log;
+}
+
+TEST_F(NvrtcPreload, WhatElseChangesTheOutputChangesTheKey) {
+  auto plain = through_kiln("cache");
+  // NVVM's version, chosen by the environment NVRTC reads when it loads.
+  std::map<std::string, std::string> nvvm{{"NV_NVVM_VERSION", "nvvm-latest"}};
+  auto latest = through_kiln("cache", "", {}, nvvm);
+  EXPECT_NE(latest.log.find("compiled"), std::string::npos) << latest.log;
+  EXPECT_EQ(latest.out, run_process(client(), nvvm).out);
+  // -G writes the working folder into the output (NVRTC asks getcwd): another folder is a miss.
+  ::mkdir((m_dir / "elsewhere").c_str(), 0755);
+  auto here = through_kiln("cache", "", {"-G"}, {}, m_dir / "src");
+  auto there = through_kiln("cache", "", {"-G"}, {}, m_dir / "elsewhere");
+  EXPECT_NE(there.log.find("compiled"), std::string::npos) << there.log;
+  EXPECT_NE(here.out, there.out);
+  EXPECT_NE(through_kiln("cache", "", {"-G"}, {}, m_dir / "elsewhere").log.find("hit"), std::string::npos);
+  // Without -G the folder is not asked for, and not in the key.
+  EXPECT_NE(through_kiln("cache", "", {}, {}, m_dir / "elsewhere").log.find("hit"), std::string::npos);
+}
+
+TEST_F(NvrtcPreload, HeadersThatAreNotPlainFilesOrAreNewerThanTheCompileAreNotKept) {
+  // A header under /dev (shared memory): what it holds is not fixed by its content's name.
+  std::string shm = "/dev/shm/kiln-nvrtc-test-" + std::to_string(::getpid());
+  ::mkdir(shm.c_str(), 0755);
+  write_file_atomic(shm + "/my.h", "__device__ inline float twice(float x) { return 5 * x; }\n", false);
+  std::filesystem::remove(m_dir / "inc2/my.h");  // the search then ends in the folder under /dev
+  auto special = through_kiln("cache", "", {"-I" + shm});
+  std::filesystem::remove_all(shm);
+  EXPECT_NE(special.out.find("compile 0\n"), std::string::npos) << special.out;
+  EXPECT_NE(special.log.find("which is not a file, not kept"), std::string::npos) << special.log;
+  m_dir.write("inc2/my.h", "__device__ inline float twice(float x) { return 2 * x; }\n");
+  // A header stamped in the future: written, as far as its times say, while the compile ran.
+  m_dir.write("inc1/my.h", "__device__ inline float twice(float x) { return 4 * x; }\n");
+  struct timespec later[2] = {{::time(nullptr) + 3600, 0}, {::time(nullptr) + 3600, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (m_dir / "inc1/my.h").c_str(), later, 0), 0);
+  auto newer = through_kiln("cache");
+  EXPECT_NE(newer.log.find("was written as it compiled"), std::string::npos) << newer.log;
+  EXPECT_NE(through_kiln("cache").log.find("compiled"), std::string::npos);  // so never a hit
 }
 
 TEST_F(NvrtcPreload, AHeaderHandedToNvrtcIsKeyedByItsContent) {
@@ -145,6 +215,18 @@ TEST_F(NvrtcPreload, NodesSharingRedisCompileOnce) {
 
 namespace kiln {
 namespace {
+
+// The library exports what every NVRTC 13 has and no more: a caller that looks up an entry point
+// to learn what the NVRTC can do is told the truth.
+TEST(NvrtcPreloadExports, OnlyWhatEveryNvrtc13Has) {
+  void* lib = ::dlopen(KILN_TEST_NVRTC_PRELOAD, RTLD_LAZY | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << ::dlerror();
+  EXPECT_NE(::dlsym(lib, "nvrtcCompileProgram"), nullptr);
+  EXPECT_NE(::dlsym(lib, "__nvrtcCPEx"), nullptr);         // cuBLASLt and cuDNN look it up
+  EXPECT_EQ(::dlsym(lib, "__nvrtcNvvmHandle"), nullptr);   // 13.2's alone
+  EXPECT_EQ(::dlsym(lib, "input_key_text"), nullptr);
+  ::dlclose(lib);
+}
 
 // kiln's own CUDA ops compile through the real NVRTC behind the preloaded library (the library
 // would only cache them twice), and the real one's build id enters their keys, not kiln's.

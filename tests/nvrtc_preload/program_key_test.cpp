@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <ctime>
+
 #include "tests/test_util.h"
 
 namespace kiln::nvrtc_preload {
@@ -64,7 +67,7 @@ TEST(NvrtcProgramKey, TheArtifactKeyIsTheManifestAsItIsNow) {
     return artifact_key_text("input", probes);
   };
   EXPECT_EQ(probe_state(dir / "earlier/a.h"), "absent");
-  EXPECT_EQ(probe_state(dir / "inc"), "other");
+  EXPECT_EQ(probe_state(dir / "inc"), "dir");
   const std::string first = key();
   EXPECT_EQ(key(), first);
   dir.write("inc/a.h", "two");  // a header that changed
@@ -85,6 +88,57 @@ TEST(NvrtcProgramKey, PathsRoundTripAndMalformedListsAreRefused) {
   for (std::string_view bad : {"5:abc", "3abc", ":abc", "-1:a", "99999999999999999999999:a", "0:", "3:abc2:", "x:abc"})
     EXPECT_FALSE(decode_paths(bad)) << bad;
   EXPECT_FALSE(decode_paths(std::string((1 << 20) + 1, '1')));
+}
+
+TEST(NvrtcProgramKey, ManifestListsRoundTripWithinTheirBounds) {
+  std::vector<std::vector<std::string>> lists = {{"/a.h", "env:NVRTC_APPEND_FLAGS"}, {"/a.h", "/b.h", "cwd:"}};
+  auto back = decode_manifests(encode_manifests(lists));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, lists);
+  std::vector<std::vector<std::string>> too_many(k_max_manifest_lists + 1, {"/a.h"});
+  EXPECT_FALSE(decode_manifests(encode_manifests(too_many)));
+  EXPECT_FALSE(decode_manifests("9:3:abc"));  // a list's length past what is left
+  // What would not decode is not written: a compile that looked at that much is not kept.
+  std::vector<std::string> huge(70000, "/usr/include/x.h");
+  EXPECT_FALSE(paths_fit(huge));
+  EXPECT_FALSE(decode_paths(encode_paths(huge)));
+  std::vector<std::string> fits(1000, std::string(200, 'p'));
+  EXPECT_TRUE(paths_fit(fits));
+  EXPECT_TRUE(decode_paths(encode_paths(fits)));
+}
+
+TEST(NvrtcProgramKey, StampsTellAFileWrittenDuringTheCompile) {
+  testing::TempDir dir;
+  dir.write("a.h", "one");
+  std::string stamp = stamp_now(dir / "a.h");
+  ASSERT_EQ(stamp.rfind("file:", 0), 0u) << stamp;
+  EXPECT_FALSE(stamp_newer_than(stamp, int64_t{::time(nullptr) + 10} * 1000000000));
+  EXPECT_TRUE(stamp_newer_than(stamp, int64_t{::time(nullptr) - 10} * 1000000000));
+  dir.write("a.h", "two, longer");
+  EXPECT_NE(stamp_now(dir / "a.h"), stamp);
+  EXPECT_EQ(stamp_now(dir / "none.h"), "absent");
+  EXPECT_EQ(stamp_now("/dev/null"), "special");
+  EXPECT_EQ(stamp_now("/proc/self/status"), "special");
+  ::setenv("KILN_TEST_NVRTC_VAR", "x", 1);
+  EXPECT_EQ(stamp_now("env:KILN_TEST_NVRTC_VAR"), "value:x");
+  ::unsetenv("KILN_TEST_NVRTC_VAR");
+  EXPECT_EQ(probe_state("env:KILN_TEST_NVRTC_VAR"), "unset");
+}
+
+TEST(NvrtcProgramKey, TheTimeOfACompileAndNvrtcsEnvironmentAreSeen) {
+  EXPECT_EQ(uncacheable_text("__global__ void k() {}"), "");
+  EXPECT_NE(uncacheable_text("const char* built = __DATE__;"), "");
+  EXPECT_NE(uncacheable_text("__TIMESTAMP__"), "");
+  ::setenv("NV_NVVM_VERSION", "nvvm-latest", 1);
+  auto env = environment_in_key();
+  ::unsetenv("NV_NVVM_VERSION");
+  EXPECT_NE(std::find(env.begin(), env.end(), "NV_NVVM_VERSION=nvvm-latest"), env.end());
+  ProgramInput a = base_input(), b = base_input();
+  b.environment = {"NV_NVVM_VERSION=nvvm-latest"};
+  EXPECT_NE(input_key_text(a), input_key_text(b));
+  EXPECT_NE(uncacheable_option("-Xptxas=--apply-controls=/tmp/c.txt"), "");
+  EXPECT_NE(uncacheable_option("--split-compile=4"), "");
+  EXPECT_EQ(uncacheable_option("/path/without/its/option"), "a value without its option");
 }
 
 TEST(NvrtcProgramKey, ResultsRoundTripAndDamagedOnesAreRefused) {
