@@ -201,7 +201,9 @@ class RemoteTiers {
    private:
     friend class RemoteTiers;
     Lease() = default;
-    RemoteEndpoint* m_endpoint = nullptr;
+    // Shared with the tier: a claim may outlive the Ops that made it (a Python Claim collected at
+    // exit after the context), and its release still reaches the server.
+    std::shared_ptr<RemoteEndpoint> m_endpoint;
     std::string m_name, m_holder;
     std::chrono::milliseconds m_ttl{0};
     std::mutex m_mutex;
@@ -250,7 +252,7 @@ class RemoteTiers {
 
  private:
   struct Endpoint {
-    std::unique_ptr<RemoteEndpoint> remote;
+    std::shared_ptr<RemoteEndpoint> remote;  // shared with the leases taken on it
     std::atomic<int64_t> down_until_ms{0};
     std::atomic<bool> reported{false};
   };

@@ -72,7 +72,7 @@ RemoteTiers::LeaseResult RemoteTiers::take_lease_on(Tier& tier, const Hash128& i
   out.state = LeaseState::kTaken;
   out.lease.reset(new Lease);
   Lease& lease = *out.lease;
-  lease.m_endpoint = used->remote.get();
+  lease.m_endpoint = used->remote;
   lease.m_name = name;
   lease.m_holder = holder;
   lease.m_ttl = m_options.lease;

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/servers.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -110,6 +111,31 @@ TEST_F(FilesTest, OneProcessMakesAKeyWhileTheOthersWaitAndAReleasedClaimPassesIt
   kiln::Context other(none());
   kiln::FilesOrClaim next = other.find_or_claim_files("triton-group", "fails");
   EXPECT_TRUE(next.claim && next.claim->held());
+}
+
+TEST_F(FilesTest, AClaimThatOutlivesItsContextStillLetsItsLeaseGo) {
+  if (kiln::testing::RedisServer::binary().empty()) GTEST_SKIP() << "redis-server is not installed (scripts/setup installs it)";
+  TempDir dir;
+  kiln::testing::RedisServer redis(dir.path());
+  ::setenv("KILN_REMOTE_CACHE", redis.url().c_str(), 1);
+  ::setenv("KILN_REMOTE_UNSIGNED_OK", "1", 1);
+  std::unique_ptr<kiln::Claim> claim;
+  {
+    kiln::Context ctx(none());
+    claim = ctx.find_or_claim_files("triton-group", "outlived").claim;
+    ASSERT_TRUE(claim && claim->held());
+  }  // the Context goes first, as Python's may at exit; the claim's lease is on the Redis tier
+  claim.reset();  // used to touch the tier's freed endpoint
+  // Another node (its own cache folder) is not kept waiting on a lease nobody holds.
+  TempDir other_cache;
+  ::setenv("KILN_CACHE_DIR", other_cache.path().c_str(), 1);
+  auto start = std::chrono::steady_clock::now();
+  kiln::Context other(none());
+  kiln::FilesOrClaim next = other.find_or_claim_files("triton-group", "outlived");
+  EXPECT_TRUE(next.claim && next.claim->held());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  ::unsetenv("KILN_REMOTE_CACHE");
+  ::unsetenv("KILN_REMOTE_UNSIGNED_OK");
 }
 
 TEST_F(FilesTest, TheFirstWriterWinsWhenAsked) {
