@@ -13,6 +13,7 @@
 
 #include "nvrtc_preload/program_key.h"
 #include "nvrtc_preload/store_bridge.h"
+#include "support/file_memo.h"
 #include "support/file_util.h"
 
 namespace kiln::nvrtc_preload {
@@ -34,6 +35,9 @@ kiln::Context* context() {
       options.accelerator = "none";
       g_context = std::make_unique<kiln::Context>(options);
       if (g_context->cache_dir().empty()) g_context_error = "kiln's cache could not be opened";
+      // The headers' hashes remembered in the cache's memo file (support/file_memo.h), as kiln's
+      // own lookups remember theirs: a later process stats them instead of reading them.
+      else (void)FileMemo::instance().attach(g_context->cache_dir() + "/file-memo");
     } catch (const std::exception& e) {
       g_context_error = e.what();
     }
@@ -111,6 +115,7 @@ int lookup(const char* key_data, size_t key_size, KilnNvrtcPut put, void* ctx, v
     // Newest first: the headers as they are now are most likely the last compile's.
     for (auto it = token->manifests.rbegin(); it != token->manifests.rend(); ++it) {
       std::string key = artifact_key_text(token->input_key, probes_of(*it));
+      (void)FileMemo::instance().save();
       if (it == token->manifests.rbegin()) token->artifact_key = key;
       if (auto program = c->find_files(k_program_kind, key); program && serve(*program, put, ctx)) return 0;
     }
@@ -143,6 +148,7 @@ int keep(void* raw, const char* const* probes, const char* const* stamps, size_t
   // Each hashed now, then checked to be what the compile found: a file written meanwhile (or in
   // the same clock tick as its start, which a stamp cannot tell apart) is not kept.
   std::vector<Probe> now = probes_of(read);
+  (void)FileMemo::instance().save();
   for (size_t i = 0; i < count; ++i) {
     std::string stamp = stamp_now(read[i]);
     if (stamp != stamps[i]) return refuse(read[i] + " changed while it compiled");

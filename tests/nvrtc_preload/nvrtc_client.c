@@ -20,6 +20,7 @@ int nvrtcGetPTX(nvrtcProgram, char*);
 int nvrtcGetCUBINSize(nvrtcProgram, size_t*);
 int nvrtcGetCUBIN(nvrtcProgram, char*);
 int nvrtcGetLTOIRSize(nvrtcProgram, size_t*);
+int nvrtcGetLTOIR(nvrtcProgram, char*);
 int nvrtcGetProgramLogSize(nvrtcProgram, size_t*);
 int nvrtcGetProgramLog(nvrtcProgram, char*);
 int nvrtcGetLoweredName(nvrtcProgram, const char*, const char**);
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
     output(p, "ptx", nvrtcGetPTXSize, nvrtcGetPTX);
   }
   output(p, "cubin", nvrtcGetCUBINSize, nvrtcGetCUBIN);
-  output(p, "ltoir", nvrtcGetLTOIRSize, NULL);
+  output(p, "ltoir", nvrtcGetLTOIRSize, nvrtcGetLTOIR);
   size_t log_size = 0;
   nvrtcGetProgramLogSize(p, &log_size);
   char* log = malloc(log_size + 1);

@@ -80,6 +80,13 @@ TEST_F(NvrtcPreload, AHitAnswersEveryCallAsTheRealCompileDid) {
   EXPECT_EQ(hit.out, alone.out);
   EXPECT_TRUE(std::regex_search(hit.log, std::regex("^kiln nvrtc: client.cu: hit \\(disk\\)"))) << hit.log;
   EXPECT_EQ(testing::json_int(stats("cache"), "compiles"), 1);
+  // LTO-IR (-dlto) the same way: its bytes, and a CUBIN NVRTC then does not make.
+  auto lto_alone = run_process(client({"-dlto"}));
+  ASSERT_NE(lto_alone.out.find("ltoir rc 0 size"), std::string::npos) << lto_alone.out;
+  EXPECT_EQ(through_kiln("cache", "", {"-dlto"}).out, lto_alone.out);
+  auto lto_hit = through_kiln("cache", "", {"-dlto"});
+  EXPECT_EQ(lto_hit.out, lto_alone.out);
+  EXPECT_NE(lto_hit.log.find("hit (disk)"), std::string::npos) << lto_hit.log;
 }
 
 TEST_F(NvrtcPreload, AChangedHeaderOrOneFoundEarlierInTheSearchIsAMiss) {

@@ -53,6 +53,23 @@ def _():
     return f"{kiln.__file__}; the toolchain library exports {', '.join(exported)}"
 
 
+@step("the preloaded NVRTC library is in the wheel, with its store side's libraries found")
+def _():
+    cli = os.path.join(os.path.dirname(kiln.__file__), "bin", "kiln")
+    done = subprocess.run([cli, "nvrtc", "--preload"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    shim = done.stdout.strip()
+    assert shim == os.path.join(os.path.dirname(kiln.__file__), "lib", "kiln", "libkiln_nvrtc.so"), shim
+    for lib in (shim, os.path.join(os.path.dirname(shim), "libkiln_nvrtc_store.so")):
+        needed = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
+        assert "not found" not in needed, needed
+    symbols = subprocess.run(["nm", "-D", "--defined-only", shim], capture_output=True, text=True, check=True).stdout
+    others = [l.split()[-1] for l in symbols.splitlines()
+              if len(l.split()) == 3 and not l.split()[-1].startswith(("nvrtc", "__nvrtc", "kiln_nvrtc_preload_real_library", "libnvrtc"))]
+    assert not others, others[:10]
+    return shim + (" (no real NVRTC in this root: " + done.stderr.strip()[:60] + "...)" if done.stderr else "")
+
+
 def triton_kernels():
     """Two Triton kernels compiled for an explicit GPUTarget (sm_90, no driver needed): Triton's
     own LLVM (inside libtriton.so) runs in this process, as in a job that uses both."""
