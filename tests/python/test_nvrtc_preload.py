@@ -125,3 +125,52 @@ def test_through_kiln_the_bytes_are_the_real_nvrtcs(tmp_path):
     miss, hit = node(env, PLAIN_SOURCE), node(env, PLAIN_SOURCE)
     assert alone["sha"] == miss["sha"] == hit["sha"], (alone, miss, hit)
     assert log_of(tmp_path / "log").count("hit (disk)") == 1, log_of(tmp_path / "log")
+
+
+# Clients that ask the GPU before they compile: run where one is lent (and they are installed),
+# skipped here saying why. Each reaches NVRTC the way cuda.core does (cuda.bindings, or the loader
+# by name), so the preloaded library serves them the same way.
+CUPY_NODE = r"""
+import hashlib, json, cupy
+kernel = cupy.RawModule(code=r'''
+template <int N> __global__ void scale(float* p) { p[threadIdx.x] *= N; }
+''', options=("-std=c++17",), name_expressions=("scale<3>",))
+fn = kernel.get_function("scale<3>")
+x = cupy.ones(32, dtype=cupy.float32)
+fn((1,), (32,), (x,))
+assert float(x.sum()) == 96.0
+print("RESULT " + json.dumps({"ok": True}))
+"""
+NUMBA_NODE = r"""
+import json
+from numba.cuda.cudadrv import nvrtc
+code, log = nvrtc.compile('extern "C" __device__ int twice(int* out, int x) { *out = 2 * x; return 0; }', "twice.cu", (9, 0))
+print("RESULT " + json.dumps({"ok": bool(code)}))
+"""
+
+
+def run_gpu_client(tmp_path, module, code, env_extra):
+    try:
+        __import__(module)
+    except Exception as e:  # noqa: BLE001 (not installed, or it cannot start without a GPU)
+        pytest.skip("%s is not installed here (%s): it needs a GPU and its driver to compile, so scripts/setup leaves it out" % (module, e))
+    kiln = preload_env(tmp_path)
+    full = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    full.update(kiln, KILN_REMOTE_CACHE="", **env_extra)
+    logs = []
+    for run in range(2):
+        full["KILN_NVRTC_LOG"] = str(tmp_path / ("log%d" % run))
+        done = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0 and ("CUDA_ERROR_NO_DEVICE" in done.stderr or "driver" in done.stderr.lower()):
+            pytest.skip("%s needs a GPU and its driver to compile, and this machine has none" % module)
+        assert done.returncode == 0, done.stdout + done.stderr
+        logs.append(log_of(tmp_path / ("log%d" % run)))
+    assert "compiled in" in logs[0] and "hit (disk)" in logs[1] and "compiled" not in logs[1], logs
+
+
+def test_cupy_raw_module_served_the_second_time(tmp_path):
+    run_gpu_client(tmp_path, "cupy", CUPY_NODE, {"KILN_CACHE_DIR": str(tmp_path / "cache"), "CUPY_CACHE_DIR": str(tmp_path / "cupy")})
+
+
+def test_numba_cuda_compile_served_the_second_time(tmp_path):
+    run_gpu_client(tmp_path, "numba.cuda", NUMBA_NODE, {"KILN_CACHE_DIR": str(tmp_path / "cache")})
