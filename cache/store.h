@@ -196,8 +196,8 @@ class Store {
   // A hit on `key` served without reading its blob (a group's checked files in place,
   // cache/file_group.h): counted like one that read it (hits, last used).
   void count_hit(const Hash128& key);
-  // A counter by name (no whitespace, at most 500 bytes), kept beside the fixed ones: the
-  // remote tiers' figures ("remote|<tier>|hits").
+  // A counter by name (at most 500 bytes; a blank or control character in it is kept as '_'),
+  // kept beside the fixed ones: the remote tiers' figures ("remote|<tier>|hits").
   void count(const std::string& name, int64_t delta);
   // Appends pending hit counts and "last used" to the usage journal (done at least once a
   // second while hits come, every 256 keys, and on destruction); the next write to the index

@@ -107,8 +107,12 @@ void Store::count_locked(Counter c, int64_t delta) {
   m_pending_counters[static_cast<size_t>(c)] += delta;
 }
 
-void Store::count(const std::string& name, int64_t delta) {
-  if (name.empty() || name.size() > 500 || name.find_first_of(" \t\n") != std::string::npos) return;
+void Store::count(const std::string& given, int64_t delta) {
+  if (given.empty() || given.size() > 500) return;
+  // Blanks and control characters as '_': a stored name holds none, and a reason a caller counts
+  // by ("unknown option -foo") may.
+  std::string name = given;
+  std::replace_if(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) <= ' '; }, '_');
   if (CounterPage* page = counter_page(); page && page->add(name, delta)) return;
   std::lock_guard lock(m_mutex);  // too long a name, or a full page: the journal, at close
   m_pending_named[name] += delta;

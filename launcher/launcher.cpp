@@ -243,13 +243,9 @@ std::vector<std::string> header_roots(const CompileCommand& cmd, const PathLabel
   return roots;
 }
 
-// A command whose result is not in the cache, by reason (`kiln cache stats`). A counter's name
-// holds no blank (cache/store.h): "unknown option -foo" is counted as "unknown_option_-foo".
-void count_not_cached(builders::Ops& ops, const std::string& reason) {
-  std::string name = "cc|not_cached|" + reason.substr(0, 96);
-  std::replace_if(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) <= ' '; }, '_');
-  ops.count(name);
-}
+// A command whose result is not in the cache, by reason (`kiln cache stats`): "unknown option
+// -foo" is counted as "unknown_option_-foo" (the store writes a blank in a counter's name as '_').
+void count_not_cached(builders::Ops& ops, const std::string& reason) { ops.count("cc|not_cached|" + reason.substr(0, 96)); }
 
 // A name a depfile may hold, as kiln writes it back: no control character (a tab or a newline
 // would split it), no ';' (make reads what follows as a recipe), not empty.

@@ -31,7 +31,6 @@ namespace {
 
 // nvrtcResult values this file returns itself.
 constexpr int k_invalid_input = 3;
-constexpr int k_invalid_program = 4;
 constexpr int k_no_name_expressions_after_compilation = 8;
 constexpr int k_name_expression_not_valid = 10;
 constexpr int k_internal_error = 11;
@@ -165,12 +164,7 @@ CompileResult collect(const RealNvrtc& real, void* handle, int code, const Progr
 }
 
 void count(const std::string& name) {
-  if (const Bridge* b = bridge()) {
-    std::string n = name.substr(0, 120);
-    for (char& ch : n)
-      if (static_cast<unsigned char>(ch) <= ' ') ch = '_';  // a counter's name holds no blank
-    b->count(n.c_str());
-  }
+  if (const Bridge* b = bridge()) b->count(name.substr(0, 120).c_str());
 }
 
 // NVRTC asks for the working folder and stats it on every compile, and writes it into the output

@@ -13,6 +13,7 @@
 
 #include "support/file_memo.h"
 #include "support/hash.h"
+#include "support/length_prefixed.h"
 
 extern char** environ;
 
@@ -45,47 +46,24 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 51> k_known_
 // Short forms whose value may follow without '=' ("-I/path", "-DNAME=1").
 constexpr std::array<std::string_view, 3> k_attached{"-I", "-D", "-U"};
 
+// A key field: its tag, then its value, each length-prefixed (support/length_prefixed.h).
 void add_field(std::string& out, std::string_view tag, std::string_view value) {
-  out += tag;
-  out += ' ';
-  out += std::to_string(value.size());
-  out += ':';
-  out += value;
-  out += '\n';
+  put_field(out, tag);
+  put_field(out, value);
 }
 
-// "<n>:<bytes>" fields, read with every length checked against what is left.
-class FieldReader {
- public:
-  explicit FieldReader(std::string_view in) : m_in(in) {}
-  bool done() const { return m_in.empty(); }
-  std::optional<std::string_view> next() {
-    auto colon = m_in.find(':');
-    if (colon == std::string_view::npos || colon == 0 || colon > 20) return std::nullopt;
-    uint64_t n = 0;
-    auto [end, ec] = std::from_chars(m_in.data(), m_in.data() + colon, n);
-    if (ec != std::errc() || end != m_in.data() + colon || n > m_in.size() - colon - 1) return std::nullopt;
-    std::string_view value = m_in.substr(colon + 1, n);
-    m_in.remove_prefix(colon + 1 + n);
-    return value;
-  }
-  std::optional<int64_t> number() {
-    auto f = next();
-    if (!f) return std::nullopt;
-    int64_t v = 0;
-    auto [end, ec] = std::from_chars(f->data(), f->data() + f->size(), v);
-    if (ec != std::errc() || end != f->data() + f->size()) return std::nullopt;
-    return v;
-  }
-
- private:
-  std::string_view m_in;
-};
-
-void put(std::string& out, std::string_view value) {
-  out += std::to_string(value.size());
-  out += ':';
-  out += value;
+// A count stored as a field (a return code may be negative).
+std::optional<int64_t> number(FieldReader& in) {
+  std::string_view f;
+  if (!in.field_view(f)) return std::nullopt;
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
+  if (ec != std::errc() || end != f.data() + f.size()) return std::nullopt;
+  return v;
+}
+std::optional<std::string_view> next(FieldReader& in) {
+  std::string_view f;
+  return in.field_view(f) ? std::optional(f) : std::nullopt;
 }
 
 constexpr size_t k_max_paths = 65536;
@@ -173,12 +151,13 @@ std::string stamp_now(const std::string& probe) {
 }
 
 std::string probe_state(const std::string& probe) {
+  // A header (what nearly every probe of a hit is) through the process's file memo, its one
+  // stat: hashed once, a stat on every later lookup. What is not a plain file is stamped.
+  bool path = probe.rfind("env:", 0) != 0 && probe != "cwd:";
+  if (path && !special_path(probe))
+    if (auto hash = memo_file_hash(probe); hash.ok()) return "file:" + hash->hex();
   std::string stamp = stamp_now(probe);
-  if (stamp.rfind("file:", 0) != 0) return stamp;
-  // Through the process's file memo: a header hashed once is a stat on every later lookup.
-  auto hash = memo_file_hash(probe);
-  if (!hash.ok()) return "unreadable";  // never equal to a state a compile recorded as read
-  return "file:" + hash->hex();
+  return stamp.rfind("file:", 0) == 0 ? "unreadable" : stamp;  // a file it could not hash: never a recorded state
 }
 
 bool stamp_newer_than(std::string_view stamp, int64_t since_ns) {
@@ -208,7 +187,7 @@ std::string artifact_key_text(std::string_view input_key_text, const std::vector
 
 std::string encode_paths(const std::vector<std::string>& paths) {
   std::string out;
-  for (auto& p : paths) put(out, p);
+  for (auto& p : paths) put_field(out, p);
   return out;
 }
 
@@ -217,7 +196,7 @@ std::optional<std::vector<std::string>> decode_paths(std::string_view bytes) {
   std::vector<std::string> paths;
   FieldReader in(bytes);
   while (!in.done()) {
-    auto p = in.next();
+    auto p = next(in);
     if (!p || p->empty() || paths.size() >= k_max_paths) return std::nullopt;
     paths.emplace_back(*p);
   }
@@ -229,23 +208,23 @@ bool paths_fit(const std::vector<std::string>& paths) {
   size_t bytes = 0;
   for (auto& p : paths) {
     if (p.empty()) return false;
-    bytes += p.size() + 21;
+    bytes += p.size() + 13;  // what put_field adds: at most 12 digits and a newline
   }
   return bytes <= k_max_paths_bytes;
 }
 
 std::string encode_manifests(const std::vector<std::vector<std::string>>& lists) {
   std::string out;
-  for (auto& l : lists) put(out, encode_paths(l));
+  for (auto& l : lists) put_field(out, encode_paths(l));
   return out;
 }
 
 std::optional<std::vector<std::vector<std::string>>> decode_manifests(std::string_view bytes) {
-  if (bytes.size() > k_max_manifest_lists * (k_max_paths_bytes + 21)) return std::nullopt;
+  if (bytes.size() > k_max_manifest_lists * (k_max_paths_bytes + 13)) return std::nullopt;
   std::vector<std::vector<std::string>> lists;
   FieldReader in(bytes);
   while (!in.done()) {
-    auto list = in.next();
+    auto list = next(in);
     if (!list || lists.size() >= k_max_manifest_lists) return std::nullopt;
     auto paths = decode_paths(*list);
     if (!paths) return std::nullopt;
@@ -256,19 +235,19 @@ std::optional<std::vector<std::vector<std::string>>> decode_manifests(std::strin
 
 std::vector<std::pair<std::string, std::string>> encode_result(const CompileResult& r) {
   std::string status;
-  put(status, std::to_string(r.compile_code));
-  put(status, std::to_string(r.pch_create_status));
-  put(status, std::to_string(r.pch_heap_required_code));
-  put(status, std::to_string(r.pch_heap_required));
+  put_field(status, std::to_string(r.compile_code));
+  put_field(status, std::to_string(r.pch_create_status));
+  put_field(status, std::to_string(r.pch_heap_required_code));
+  put_field(status, std::to_string(r.pch_heap_required));
   for (auto& [name, value] : r.outputs) {
-    put(status, name);
-    put(status, std::to_string(value.first));
+    put_field(status, name);
+    put_field(status, std::to_string(value.first));
   }
   std::string names;
   for (auto& [expr, value] : r.lowered_names) {
-    put(names, expr);
-    put(names, std::to_string(value.first));
-    put(names, value.second);
+    put_field(names, expr);
+    put_field(names, std::to_string(value.first));
+    put_field(names, value.second);
   }
   std::vector<std::pair<std::string, std::string>> files{{"status", status}, {"names", names}};
   for (auto& [name, value] : r.outputs)
@@ -282,15 +261,15 @@ std::optional<CompileResult> decode_result(const std::map<std::string, std::stri
   if (status == files.end() || names == files.end()) return std::nullopt;
   CompileResult r;
   FieldReader in(status->second);
-  auto code = in.number(), pch = in.number(), heap_code = in.number(), heap = in.number();
+  auto code = number(in), pch = number(in), heap_code = number(in), heap = number(in);
   if (!code || !pch || !heap_code || !heap || *heap < 0) return std::nullopt;
   r.compile_code = static_cast<int>(*code);
   r.pch_create_status = static_cast<int>(*pch);
   r.pch_heap_required_code = static_cast<int>(*heap_code);
   r.pch_heap_required = static_cast<uint64_t>(*heap);
   while (!in.done()) {
-    auto name = in.next();
-    auto rc = in.number();
+    auto name = next(in);
+    auto rc = number(in);
     if (!name || !rc) return std::nullopt;
     if (std::find(k_outputs.begin(), k_outputs.end(), *name) == k_outputs.end()) return std::nullopt;
     std::string bytes;
@@ -303,9 +282,9 @@ std::optional<CompileResult> decode_result(const std::map<std::string, std::stri
   }
   FieldReader n(names->second);
   while (!n.done()) {
-    auto expr = n.next();
-    auto rc = n.number();
-    auto lowered = n.next();
+    auto expr = next(n);
+    auto rc = number(n);
+    auto lowered = next(n);
     if (!expr || !rc || !lowered) return std::nullopt;
     r.lowered_names[std::string(*expr)] = {static_cast<int>(*rc), std::string(*lowered)};
   }

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "nvrtc_preload/program_key.h"
+#include "support/cuda_toolkit.h"
 #include "support/elf_build_id.h"
 
 namespace kiln::nvrtc_preload {
@@ -234,9 +235,7 @@ std::vector<std::string> real_nvrtc_candidates() {
       for (size_t i = 0; i < found.gl_pathc; ++i) out.emplace_back(found.gl_pathv[i]);
     ::globfree(&found);
   }
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* home = std::getenv(var); home && *home) out.push_back(std::string(home) + "/lib64/libnvrtc.so.13");
-  out.push_back("/usr/local/cuda/lib64/libnvrtc.so.13");
+  for (auto& root : cuda_toolkit_roots()) out.push_back(root + "/lib64/libnvrtc.so.13");  // as kiln's own NVRTC loader
   return out;
 }
 

@@ -85,7 +85,7 @@ TEST(NvrtcProgramKey, PathsRoundTripAndMalformedListsAreRefused) {
   ASSERT_TRUE(back);
   EXPECT_EQ(*back, paths);
   EXPECT_TRUE(decode_paths("")->empty());
-  for (std::string_view bad : {"5:abc", "3abc", ":abc", "-1:a", "99999999999999999999999:a", "0:", "3:abc2:", "x:abc"})
+  for (std::string_view bad : {"5\nabc", "3abc", "\nabc", "-1\na", "99999999999999999999999\na", "0\n", "3\nabc2\n", "x\nabc"})
     EXPECT_FALSE(decode_paths(bad)) << bad;
   EXPECT_FALSE(decode_paths(std::string((1 << 20) + 1, '1')));
 }
@@ -97,7 +97,7 @@ TEST(NvrtcProgramKey, ManifestListsRoundTripWithinTheirBounds) {
   EXPECT_EQ(*back, lists);
   std::vector<std::vector<std::string>> too_many(k_max_manifest_lists + 1, {"/a.h"});
   EXPECT_FALSE(decode_manifests(encode_manifests(too_many)));
-  EXPECT_FALSE(decode_manifests("9:3:abc"));  // a list's length past what is left
+  EXPECT_FALSE(decode_manifests("9\n3\nabc"));  // a list's length past what is left
   // What would not decode is not written: a compile that looked at that much is not kept.
   std::vector<std::string> huge(70000, "/usr/include/x.h");
   EXPECT_FALSE(paths_fit(huge));
@@ -172,13 +172,14 @@ TEST(NvrtcProgramKey, ResultsRoundTripAndDamagedOnesAreRefused) {
   EXPECT_FALSE(decode_result(without("status")));
   EXPECT_FALSE(decode_result(without("names")));
   EXPECT_FALSE(decode_result(without("cubin")));  // the status says it succeeded: its bytes must be there
-  for (std::string bad_status : {"", "1:0", "1:01:31:0", "1:01:31:01:01:x1:0", "1:01:31:01:03:ptx", "1:01:31:01:05:other1:0"}) {
+  for (std::string bad_status : {"", "1\n0", "1\n01\n31\n0", "1\n01\n31\n01\n01\nx1\n0", "1\n01\n31\n01\n03\nptx",
+                                "1\n01\n31\n01\n05\nother1\n0"}) {
     auto m = stored;
     m["status"] = bad_status;
     EXPECT_FALSE(decode_result(m)) << bad_status;
   }
   auto m = stored;
-  m["names"] = "4:k<3>1:0";  // a lowered name cut off
+  m["names"] = "4\nk<3>1\n0";  // a lowered name cut off
   EXPECT_FALSE(decode_result(m));
 }
 

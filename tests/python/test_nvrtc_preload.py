@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from test_llm_launchers import stats
 from test_triton import kiln_cli
 
 # A CUB block reduction: 650 headers, ~1.5 s of NVRTC on this machine, so that a hit and the
@@ -92,11 +93,6 @@ def log_of(path):
     return open(path).read() if os.path.exists(path) else ""
 
 
-def stats(cache_dir):
-    done = subprocess.run([kiln_cli(), "--cache-dir", str(cache_dir), "cache", "stats", "--json"], capture_output=True, text=True)
-    return json.loads(done.stdout)
-
-
 def test_cuda_core_on_node_2_compiles_nothing_and_gets_node_1s_bytes(tmp_path, redis_url):
     kiln = preload_env(tmp_path)
     runs = {}
@@ -108,7 +104,7 @@ def test_cuda_core_on_node_2_compiles_nothing_and_gets_node_1s_bytes(tmp_path, r
     assert "compiled in" in one and ", kept" in one, one
     assert "hit (remote)" in two and "compiled" not in two, two  # no call into the real compile
     assert runs["node1"]["elf"] and runs["node2"]["sha"] == runs["node1"]["sha"], runs
-    assert stats(tmp_path / "cache-node2")["compiles"] == 0
+    assert stats(kiln_cli(), tmp_path / "cache-node2")["compiles"] == 0
     # The floor: cuda.core's own cache folder, warm, on node 1 (printed, not asserted: the figure
     # belongs to the note and docs/, and a 2-core machine under load is no clock).
     floor_dir = str(tmp_path / "floor")
