@@ -1,6 +1,9 @@
 #include "runtime/host_cpu.h"
 
 #include <sys/sysinfo.h>
+#if defined(__x86_64__)
+#include <sys/platform/x86.h>  // glibc 2.33+
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,19 +13,19 @@ namespace kiln::runtime {
 
 static int detect_level() {
 #if defined(__x86_64__)
-  // Feature lists from the x86-64 psABI micro-architecture levels. libgcc's checks include
-  // the OS's support for the AVX/AVX-512 register state (XCR0).
-  __builtin_cpu_init();
-  bool v2 = __builtin_cpu_supports("sse3") && __builtin_cpu_supports("ssse3") &&
-            __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("sse4.2") &&
-            __builtin_cpu_supports("popcnt");
-  bool v3 = v2 && __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") &&
-            __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-            __builtin_cpu_supports("fma") && __builtin_cpu_supports("movbe") &&
-            __builtin_cpu_supports("f16c") && __builtin_cpu_supports("lzcnt");
-  bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-            __builtin_cpu_supports("avx512vl");
+  // Feature lists from the x86-64 psABI micro-architecture levels, read from what glibc found
+  // when it started the process (CPU_FEATURE_ACTIVE: the CPU has it and the OS saves its
+  // register state, XCR0 included). Not libgcc's __builtin_cpu_supports: linking it adds a
+  // constructor that runs CPUID a dozen times in every kiln process, and CPUID traps to the
+  // hypervisor in a VM (11 us each on this project's machines), a tenth of a millisecond on
+  // every cache hit of a process that lives a few.
+  bool v2 = CPU_FEATURE_ACTIVE(SSE3) && CPU_FEATURE_ACTIVE(SSSE3) && CPU_FEATURE_ACTIVE(SSE4_1) &&
+            CPU_FEATURE_ACTIVE(SSE4_2) && CPU_FEATURE_ACTIVE(POPCNT);
+  bool v3 = v2 && CPU_FEATURE_ACTIVE(AVX) && CPU_FEATURE_ACTIVE(AVX2) && CPU_FEATURE_ACTIVE(BMI1) &&
+            CPU_FEATURE_ACTIVE(BMI2) && CPU_FEATURE_ACTIVE(FMA) && CPU_FEATURE_ACTIVE(MOVBE) &&
+            CPU_FEATURE_ACTIVE(F16C) && CPU_FEATURE_ACTIVE(LZCNT);
+  bool v4 = v3 && CPU_FEATURE_ACTIVE(AVX512F) && CPU_FEATURE_ACTIVE(AVX512BW) && CPU_FEATURE_ACTIVE(AVX512CD) &&
+            CPU_FEATURE_ACTIVE(AVX512DQ) && CPU_FEATURE_ACTIVE(AVX512VL);
   return v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
 #else
   return 0;

@@ -7,6 +7,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#if KILN_HASH_AVX2
+#include <sys/platform/x86.h>  // glibc 2.33+
+#endif
+
 namespace kiln {
 
 static Hash128 from_canonical(XXH128_hash_t h) {
@@ -28,7 +32,8 @@ void xxh3_128_update(void* state, const void* data, size_t size);
 // ones (keys, small fields: XXH3 uses no vectors up to 240 bytes) stay inline here.
 static constexpr size_t k_vector_min = 241;
 static bool have_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2");
+  // glibc's reading, not __builtin_cpu_supports (runtime/host_cpu.cpp says why).
+  static const bool yes = CPU_FEATURE_ACTIVE(AVX2);
   return yes;
 }
 #endif

@@ -35,8 +35,22 @@ TEST(BlobTest, RoundTripsCompressibleAndIncompressibleContent) {
   EXPECT_EQ(decode_blob(stored.bytes)->content, compressible(100000));
 }
 
+// A section under 4 KiB is kept as it is (one disk block either way; decoding would need a zstd
+// context, whose creation runs CPUID); from 4 KiB on, one that compresses is compressed.
+TEST(BlobTest, SmallSectionsAreKeptAsTheyAre) {
+  EncodedBlob small = encode_blob(compressible(4095), std::string(4095, 'm'));
+  EXPECT_GT(small.bytes.size(), 2 * 4095u);
+  EncodedBlob large = encode_blob(compressible(4096), std::string(4096, 'm'));
+  EXPECT_LT(large.bytes.size(), 4096u);
+  for (auto* b : {&small, &large}) {
+    auto back = decode_blob(b->bytes);
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->content.size(), b == &small ? 4095u : 4096u);
+  }
+}
+
 TEST(BlobTest, EveryTruncationIsDataLoss) {
-  EncodedBlob blob = encode_blob(compressible(3000), "meta");
+  EncodedBlob blob = encode_blob(compressible(6000), std::string(5000, 'm'));
   for (size_t len = 0; len < blob.bytes.size(); len += 7) {
     auto r = decode_blob(std::string_view(blob.bytes).substr(0, len));
     ASSERT_FALSE(r.ok()) << "length " << len;
@@ -45,8 +59,9 @@ TEST(BlobTest, EveryTruncationIsDataLoss) {
 }
 
 TEST(BlobTest, EveryFlippedByteIsDetected) {
-  for (const std::string& content : {compressible(2000), random_bytes(700)}) {
-    EncodedBlob blob = encode_blob(content, "some metadata");
+  // Compressed sections (from 4 KiB) and raw ones.
+  for (const std::string& content : {compressible(5000), random_bytes(700)}) {
+    EncodedBlob blob = encode_blob(content, content.size() > 1000 ? std::string(4500, 'm') : "some metadata");
     for (size_t i = 0; i < blob.bytes.size(); ++i) {
       std::string damaged = blob.bytes;
       damaged[i] = static_cast<char>(damaged[i] ^ 0x20);
