@@ -3,7 +3,8 @@
 // where the tensors line up (one vector of each of the four tensors in flight per thread: two
 // took 80 registers, which blocks of 1024 threads cannot have), grid-stride
 // (kiln_ops/cuda_common.cuh). The bias corrections are computed once per thread, not once per
-// element; each element's arithmetic is the one the kernel always had (and the CPU kernel has).
+// element; each element's arithmetic is the one the kernel always had (the CPU kernel multiplies by
+// the inverse of the second correction instead of dividing by it).
 #include <cuda_bf16.h>
 
 #include "kiln_ops/cuda_common.cuh"
