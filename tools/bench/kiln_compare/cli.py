@@ -9,12 +9,14 @@ import sys
 import tempfile
 
 from . import sections as registry
-from .harness import BUILD, ROOT, log, rows, run
+from .harness import BUILD, ROOT, check_floors, log, rows, run
 from .report import machine, table, write_docs
 
 HEAD = """kiln next to what its users run today, measured in one run on this machine.
 
 usage: tools/bench/compare [--quick] [--only SECTION[,SECTION...]] [--json FILE] [--docs]
+       tools/bench/compare --check [--only ...]     fail when a row falls below its floor
+       tools/bench/compare --ci                     what CI runs: the floored rows of the quick sections
 """
 
 TAIL = """
@@ -24,7 +26,18 @@ sd), and writes the same figures as JSON (--json, default build/bench/compare.js
 also puts them in docs/BENCHMARKS.md, each section's in place of its last run's. Nothing in the
 table is typed by hand; every row names the exact peer command; a peer that is missing here is a
 row that says so.
+
+--check exits 1 when a row falls below its floor, naming each: a floor sits in the section's
+code beside the row's goal, with the runs it was set from, below the goal by what noise on a
+quiet 2-core machine moves the row. A section that cannot run, or measures no floored row, fails
+--check too. --ci is --check over hit, warm, micro and runtime, each measuring only its floored rows
+(a.ci), with the repetitions those floors were set with.
 """
+
+# The quick sections CI checks (.ci/run), each cut to its floored rows under --ci: a hit in a
+# fresh process, the CUDA warm for sm_90 with header artifacts stored, a hit in a resident
+# process, CPU AdamW next to DeepSpeed's cpu_adam.
+CI_SECTIONS = ["hit", "warm", "micro", "runtime"]
 
 
 def entry(name, doc):
@@ -51,7 +64,12 @@ def main():
     p.add_argument("--json", default=os.path.join(BUILD, "bench", "compare.json"))
     p.add_argument("--docs", action="store_true", help="put this run's sections in docs/BENCHMARKS.md, in place of theirs")
     p.add_argument("--no-setup", action="store_true", help="do not run scripts/setup --bench and the build first")
+    p.add_argument("--check", action="store_true", help="exit 1 when a row falls below its floor")
+    p.add_argument("--ci", action="store_true", help="--check over " + ",".join(CI_SECTIONS) + ", their floored rows only")
     a = p.parse_args()
+    if a.ci:
+        a.check = True
+        a.only = a.only or ",".join(CI_SECTIONS)
     a.reps = 3 if a.quick else 5
     sections = a.only.split(",") if a.only else [n for n, m in modules.items() if not getattr(m, "OPT_IN", False)]
     for s in sections:
@@ -78,7 +96,14 @@ def main():
     json.dump(result, open(a.json, "w"), indent=1)
     print(table())
     log(f"compare: figures in {a.json}")
-    if a.docs:
+    if a.docs and not a.ci:  # a --ci run measures only some rows: not a section's figures
         appendices = {n: m.docs() for n, m in modules.items() if hasattr(m, "docs") and any(r["section"] == n for r in rows)}
         write_docs(result, list(modules), sections, shlex.join(["tools/bench/compare"] + sys.argv[1:]), a.json, appendices)
+    if a.check:
+        failures = check_floors(sections)
+        checked = sum(1 for r in rows if r.get("floor"))
+        if failures:
+            log(f"compare --check: {len(failures)} of the floors failed:\n  " + "\n  ".join(failures))
+            sys.exit(1)
+        log(f"compare --check: all {checked} floored rows hold")
 

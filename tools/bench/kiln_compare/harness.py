@@ -58,6 +58,49 @@ def hyperfine(commands, runs, warmup, prepare=None):
     return {r["command"]: stats_ms([t * 1000 for t in r["times"]]) for r in data["results"]}
 
 
+def interleaved(commands, rounds, warmup=5, prepare=None, samples_out=None):
+    """commands: [(name, command string)] -> {name: stats}, each command run once per round in an
+    order that turns each round (posix_spawn, stdout to /dev/null, no shell), so that the drift
+    of a shared machine falls on every command alike, and each process starts among the others'
+    (as the compiles of a build do), not after a hundred of its own. `prepare`, a shell command,
+    runs untimed before each; `samples_out`, a dict, gets each command's times in round order
+    (for paired_ratio)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    errors = tempfile.TemporaryFile()  # each run's stderr, shown when it fails
+    argvs = [c.split() for _, c in commands]
+    samples = [[] for _ in commands]
+    try:
+        for r in range(-warmup, rounds):
+            for i in range(len(argvs)):
+                j = (i + r) % len(argvs)
+                if prepare:
+                    subprocess.run(["sh", "-c", prepare], check=True)
+                errors.seek(0)
+                errors.truncate()
+                t = time.perf_counter()
+                pid = os.posix_spawn(shutil.which(argvs[j][0]) or argvs[j][0], argvs[j], os.environ,
+                                     file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, errors.fileno(), 2)])
+                _, status = os.waitpid(pid, 0)
+                if status != 0:
+                    errors.seek(0)
+                    raise RuntimeError(f"{commands[j][1]} failed (wait status {status}):\n{errors.read()[-2000:].decode(errors='replace')}")
+                if r >= 0:
+                    samples[j].append((time.perf_counter() - t) * 1000)
+    finally:
+        os.close(devnull)
+        errors.close()
+    if samples_out is not None:
+        samples_out.update({name: s for (name, _), s in zip(commands, samples)})
+    return {name: stats_ms(s) for (name, _), s in zip(commands, samples)}
+
+
+def paired_ratio(kiln_samples, peer_samples):
+    """kiln's time over the peer's in the same round: median and quartiles (as op_peers.py
+    reports them; compare --check takes the median where a row has one)."""
+    r = sorted(k / p for k, p in zip(kiln_samples, peer_samples))
+    return {"median": statistics.median(r), "q1": r[len(r) // 4], "q3": r[(3 * len(r)) // 4]}
+
+
 def gbench(binary, pattern, repetitions):
     """Google Benchmark medians and stddevs by run name (without its /min_time... suffix); a
     single run (repetitions 1) counts as its own median."""
@@ -95,11 +138,73 @@ def add(section, what, kiln, kiln_how, peer=None, peer_cmd=None, missing=None, n
     return row
 
 
-def goal(row, text, met):
-    """A goal of the brief, stated in the row and computed from its figures."""
+def goal(row, text, met, floor=None):
+    """A goal of the brief, stated in the row and computed from its figures. `floor`, a Floor,
+    is the least this row may fall to before `compare --check` fails the run (below the goal,
+    by what noise on a quiet 2-core machine moves it, so that only a real fall trips it)."""
     row["goal"] = {"text": text, "met": bool(met)}
     row["note"] = (row["note"] + "; " if row.get("note") else "") + f"goal {text}: {'pass' if met else 'MISS'}"
+    if floor:
+        row["floor"] = floor.as_dict()
     return row
+
+
+class Floor:
+    """What `compare --check` holds a row to: a least ratio (peer / kiln, the row's "ratio", or
+    the peer's time over kiln's in the same round where a section pairs them) or a most
+    milliseconds (kiln's median, for a row with no peer), and the runs it was set from (command,
+    machine, date and the figures seen), so whoever moves it knows what it rests on."""
+
+    def __init__(self, min_ratio=None, max_ms=None, source=""):
+        assert (min_ratio is None) != (max_ms is None), "a floor is a least ratio or a most time"
+        self.min_ratio, self.max_ms, self.source = min_ratio, max_ms, source
+
+    def as_dict(self):
+        return {"min_ratio": self.min_ratio, "max_ms": self.max_ms, "source": self.source}
+
+
+def ceiling(row, max_ms, source):
+    """A row with no peer held by `compare --check` to at most `max_ms` (kiln's median)."""
+    row["floor"] = Floor(max_ms=max_ms, source=source).as_dict()
+    return row
+
+
+def checked_value(row):
+    """(what a floored row is checked on, its value): the paired ratio when the row has one (the
+    drift of a shared machine between rounds cancels in it), else the ratio of medians; kiln's
+    median for a most-time floor. None as value when the row has no such figure."""
+    f = row["floor"]
+    if f["max_ms"] is not None:
+        return "kiln's median ms", (row.get("kiln") or {}).get("median_ms")
+    pr = row.get("paired_ratio")
+    if pr and pr.get("median"):
+        return "peer / kiln in the same round (median)", 1.0 / pr["median"]
+    return "peer / kiln (medians)", row.get("ratio")
+
+
+def check_floors(sections):
+    """The failures of this run's rows against their floors, as lines to print: a row below its
+    floor, a floored row with no figure, a section asked for that could not run or measured no
+    floored row. Empty when every floor holds."""
+    failures = []
+    for s in sections:
+        mine = [r for r in rows if r["section"] == s]
+        for r in mine:
+            if r.get("what") == "could not run":
+                failures.append(f"{s}: could not run: {r.get('peer_missing')}")
+        floored = [r for r in mine if r.get("floor")]
+        if not floored and not any(r.get("what") == "could not run" for r in mine):
+            failures.append(f"{s}: no row with a floor was measured (a peer missing? {'; '.join(str(r.get('peer_missing')) for r in mine if r.get('peer_missing')) or 'none said why'})")
+        for r in floored:
+            f = r["floor"]
+            what, value = checked_value(r)
+            if value is None:
+                failures.append(f"{s}: {r['what']}: no figure to check ({r.get('peer_missing') or 'the peer did not run'})")
+            elif f["min_ratio"] is not None and value < f["min_ratio"]:
+                failures.append(f"{s}: {r['what']}: {what} {value:.2f}x, below its floor {f['min_ratio']:.2f}x (set from {f['source']})")
+            elif f["max_ms"] is not None and value > f["max_ms"]:
+                failures.append(f"{s}: {r['what']}: {what} {value:.3f}, above its ceiling {f['max_ms']:.3f} ms (set from {f['source']})")
+    return failures
 
 
 def section_took(section, started, load_before):

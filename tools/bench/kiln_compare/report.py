@@ -118,7 +118,9 @@ How to read a row: whole-process figures are hyperfine medians with (min..max); 
 figures are Google Benchmark medians with (sd); "peer / kiln" is the peer's median over kiln's
 (above 1, kiln is faster), and every row names the peer's exact command. A goal's pass or MISS is
 computed from the row's figures. Figures move between runs of a shared machine: compare ratios
-within one section.
+within one section. A row with a floor (its section's code, with the runs it was set from) fails
+`compare --check` when it falls below it; CI runs `compare --ci`, those rows of hit, warm, micro
+and runtime.
 
 """
 

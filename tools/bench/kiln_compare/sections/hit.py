@@ -1,9 +1,17 @@
-"""a hit in a fresh process: kiln build next to a ccache hit on the same source
+"""a hit in a fresh process: kiln build next to a ccache hit on the same source;
+the work each does above a process's start (/bin/true), in interleaved rounds
 """
 import os
 import subprocess
 
-from ..harness import add, cpu_level, goal, hyperfine, KILN, ROOT, run, spec_facts
+from ..harness import add, cpu_level, Floor, goal, hyperfine, interleaved, KILN, ROOT, run, spec_facts
+
+# What a kiln hit may cost above a process's start, against ccache's: the goal is half (issue
+# 47). The floor trips at 0.75 of ccache's work: where a fall like a file made per hit process
+# lands (0.63-0.79x on an AMD EPYC, issue 47), and below every run it was set from.
+HIT_FLOOR = Floor(min_ratio=1 / 0.75, source=(
+    "6 runs of tools/bench/compare --ci, Intel Xeon VM (2 cores, quiet), 2026-12-04: ccache's work over kiln's "
+    "2.3-2.6x (kiln's 0.38-0.44x of ccache's); docs/history/2026-12-04-compare-ci-floors.md"))
 
 
 def section(a, work):
@@ -18,12 +26,16 @@ def section(a, work):
     env = dict(os.environ, CCACHE_DIR=os.path.join(work, "ccache"))
     subprocess.run(ccache_cmd.split(), env=env, check=True)  # now a ccache hit
     os.environ["CCACHE_DIR"] = env["CCACHE_DIR"]
+    build_cmd = f"{KILN} --cache-dir {cache} build {spec}"
+    work_row(a, build_cmd, spec, ccache_cmd)
+    if getattr(a, "ci", False):  # --ci: only the floored row
+        return
     # The same compile through kiln cc, the launcher (docs/LLM-SERVING.md): a hit in its own cache.
     cc_cache = os.path.join(work, "cc-cache")
     kiln_cc_cmd = f"{KILN} --cache-dir {cc_cache} --remote= cc " + ccache_cmd[len("ccache "):].replace("v.o", "v-cc.o")
     subprocess.run(kiln_cc_cmd.split(), env=env, check=True)  # now a kiln cc hit
     runs = 20 if a.quick else 100
-    t = hyperfine([("kiln build, hit", f"{KILN} --cache-dir {cache} build {spec}"), ("ccache hit", ccache_cmd),
+    t = hyperfine([("kiln build, hit", build_cmd), ("ccache hit", ccache_cmd),
                    ("kiln cc, hit", kiln_cc_cmd), ("kiln --version", f"{KILN} --version"), ("true", "/bin/true")], runs, 5)
     build_row = add("hit", "a `kiln build` hit in a fresh process", t["kiln build, hit"], f"{KILN} --cache-dir DIR build {spec}",
         t["ccache hit"], ccache_cmd, note="goal: at most 0.6x ccache, within 1 ms of `kiln --version`")
@@ -32,3 +44,22 @@ def section(a, work):
     goal(row, "no slower than a ccache hit", t["kiln cc, hit"]["median_ms"] <= t["ccache hit"]["median_ms"])
     add("hit", "`kiln --version` (a process that starts and exits)", t["kiln --version"], f"{KILN} --version", t["true"], "/bin/true")
     build_row["versus_version_ms"] = t["kiln build, hit"]["median_ms"] - t["kiln --version"]["median_ms"]
+
+
+def work_row(a, build_cmd, spec, ccache_cmd):
+    """The `kiln build` hit and the ccache hit above /bin/true's time, each command once per
+    round (harness.interleaved): the ratio is ccache's work over kiln's, the goal 2 (kiln's at
+    most half of ccache's)."""
+    rounds = 100 if a.quick else 300
+    t = interleaved([("kiln", build_cmd), ("ccache", ccache_cmd), ("version", f"{KILN} --version"), ("true", "/bin/true")], rounds)
+    start = t["true"]["median_ms"]
+    kiln_work = {"median_ms": t["kiln"]["median_ms"] - start, "min_ms": t["kiln"]["min_ms"] - t["true"]["min_ms"],
+                 "max_ms": t["kiln"]["max_ms"] - t["true"]["min_ms"], "n": rounds}
+    ccache_work = {"median_ms": t["ccache"]["median_ms"] - start, "min_ms": t["ccache"]["min_ms"] - t["true"]["min_ms"],
+                   "max_ms": t["ccache"]["max_ms"] - t["true"]["min_ms"], "n": rounds}
+    note = (f"medians in {rounds} rounds (each command once per round, the order turned): kiln build {t['kiln']['median_ms']:.2f} ms, "
+            f"ccache {t['ccache']['median_ms']:.2f} ms, kiln --version {t['version']['median_ms']:.2f} ms, /bin/true {start:.2f} ms; "
+            f"kiln's work is {kiln_work['median_ms'] / ccache_work['median_ms']:.2f}x ccache's")
+    row = add("hit", "a `kiln build` hit's work above a process's start (its time less /bin/true's), next to a ccache hit's",
+              kiln_work, f"{KILN} --cache-dir DIR build {spec}, less /bin/true", ccache_work, ccache_cmd + ", less /bin/true", note=note)
+    goal(row, "at most 0.5x ccache's work", row["ratio"] >= 2, floor=HIT_FLOOR)

@@ -7,15 +7,26 @@ import os
 import subprocess
 import time
 
-from ..harness import add, BUILD, child_env, gbench, goal, ROOT, rows, run, section_took, VENV_PYTHON
+from ..harness import add, BUILD, child_env, Floor, gbench, goal, ROOT, rows, run, section_took, VENV_PYTHON
 
 
 OP_PEERS = os.path.join(ROOT, "tools", "bench", "op_peers.py")
+
+# CPU AdamW over 16 Mi fp32 parameters next to DeepSpeed's cpu_adam, on kiln's time over its in
+# the same round (op_peers.py pairs them, each side timed on its second call in a row). The goal
+# is at least DeepSpeed's; the floor trips when kiln takes 1.15x its time, which a fall like issue
+# 47's (1.05-1.18x on an AMD EPYC) reaches at its worst and the runs below never came near.
+ADAMW_FLOOR = Floor(min_ratio=1 / 1.15, source=(
+    "3 runs of tools/bench/compare --ci, Intel Xeon VM (2 cores, quiet), 2026-12-04: kiln's time over DeepSpeed's "
+    "in the same round 0.96-1.01; docs/history/2026-12-04-compare-ci-floors.md"))
 
 
 def section(a, work):
     """Op throughput next to a threaded STREAM triad (kiln_runtime_bench), then kiln's ops next
     to torch's and DeepSpeed's in one process (op_peers.py under the venv); launch overhead."""
+    if getattr(a, "ci", False):  # --ci: only the floored rows, CPU AdamW at 16 Mi next to DeepSpeed's
+        op_peer_rows(a, work, only="adamw16")
+        return
     started, load_before = time.monotonic(), os.getloadavg()
     head = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
     dirty = run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no", "--", "specs"], check=False).stdout.strip()
@@ -49,7 +60,7 @@ def section(a, work):
     section_took("runtime", started, load_before)
 
 
-def op_peer_rows(a, work):
+def op_peer_rows(a, work, only=None):
     """kiln's ops next to torch's and DeepSpeed's, from op_peers.py under the venv's torch."""
     if not os.access(VENV_PYTHON, os.X_OK):
         add("runtime", "ops next to torch and DeepSpeed", None, "", missing=f"{VENV_PYTHON} is not here (scripts/setup)")
@@ -60,7 +71,7 @@ def op_peer_rows(a, work):
     env["KILN_CACHE_DIR"] = os.path.join(work, "kiln-cache")
     # DeepSpeed's cpu_adam is built once (about 80 s here) and kept beside the build for later runs.
     env["TORCH_EXTENSIONS_DIR"] = os.path.join(BUILD, "bench", "torch_extensions")
-    cmd = [VENV_PYTHON, OP_PEERS, "--json", out] + (["--quick"] if a.quick else [])
+    cmd = [VENV_PYTHON, OP_PEERS, "--json", out] + (["--quick"] if a.quick else []) + (["--only", only] if only else [])
     r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         add("runtime", "ops next to torch and DeepSpeed", None, "", missing=f"op_peers.py failed ({r.returncode}): {r.stderr[-1500:]}")
@@ -87,4 +98,5 @@ def op_peer_rows(a, work):
             row.update({"kiln_GBps": kiln["GBps"], "peer_GBps": peer["GBps"], "case": case, "shape": shape, "peer_side": peer["side"],
                         "paired_ratio": pr})
             text = "at least DeepSpeed's CPU Adam" if peer["side"] == "deepspeed" else f"no slower than {peer['side']}"
-            goal(row, text, kiln["median_ms"] <= peer["median_ms"])
+            floored = peer["side"] == "deepspeed" and shape == "16 Mi"
+            goal(row, text, kiln["median_ms"] <= peer["median_ms"], floor=ADAMW_FLOOR if floored else None)
