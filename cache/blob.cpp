@@ -64,10 +64,11 @@ bool is_padding(std::string_view rest) {
 
 Status damaged(const std::string& what) { return Status(StatusCode::kDataLoss, "damaged blob: " + what); }
 
-// A section smaller than this is kept as it is. A file that small takes one 4 KiB block on disk
-// compressed or not, and reading it back compressed needs a zstd decoding context, whose
-// creation asks the CPU for its features (CPUID: about 11 us each in a VM, three of them): 35 us
-// of a hit process's 0.9 ms above its start, for bytes the disk does not save.
+// A section smaller than this is kept as it is. Compressed, it would save at most one 4 KiB disk
+// block, usually none (the blob's other section and its 80-byte header share the file), and
+// reading it back would need a zstd decoding context, whose creation asks the CPU for its
+// features (CPUID: about 11 us each in a VM, three of them): 35 us of a hit process's 0.9 ms
+// above its start.
 constexpr size_t k_compress_from = 4096;
 
 // zstd of `in` when smaller, else nothing. Padded to at least min_stored_size(in.size()).

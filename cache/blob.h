@@ -1,6 +1,7 @@
 // The format of one blob file: a fixed header, the artifact's metadata, then its content,
-// each zstd-compressed (fast level) when that saves at least a quarter: for smaller
-// savings decoding costs more time than the bytes are worth. Every read checks sizes and both hashes.
+// each zstd-compressed (fast level) when it is 4 KiB or more and that saves at least a quarter:
+// for smaller savings, or smaller sections, decoding costs more time than the bytes are worth
+// (blob.cpp, k_compress_from). Every read checks sizes and both hashes.
 // A compressed section is one zstd frame, then, for content that compresses past 256:1 (a run of
 // zeros), a zstd skippable frame that pads it to 1/256 of its raw size: a reader refuses a denser
 // section before allocating anything (a small blob must not decode to gigabytes; blob.cpp has the

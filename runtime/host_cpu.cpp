@@ -18,7 +18,10 @@ static int detect_level() {
   // register state, XCR0 included). Not libgcc's __builtin_cpu_supports: linking it adds a
   // constructor that runs CPUID a dozen times in every kiln process, and CPUID traps to the
   // hypervisor in a VM (11 us each on this project's machines), a tenth of a millisecond on
-  // every cache hit of a process that lives a few.
+  // every cache hit of a process that lives a few. glibc reads the feature leaves only for the
+  // vendors it knows (Intel, AMD, Hygon, Centaur, Zhaoxin) and lets GLIBC_TUNABLES switch
+  // features off: elsewhere the level read is lower than the CPU's, so kiln builds for less than
+  // the CPU has (slower code, never code it cannot run).
   bool v2 = CPU_FEATURE_ACTIVE(SSE3) && CPU_FEATURE_ACTIVE(SSSE3) && CPU_FEATURE_ACTIVE(SSE4_1) &&
             CPU_FEATURE_ACTIVE(SSE4_2) && CPU_FEATURE_ACTIVE(POPCNT);
   bool v3 = v2 && CPU_FEATURE_ACTIVE(AVX) && CPU_FEATURE_ACTIVE(AVX2) && CPU_FEATURE_ACTIVE(BMI1) &&

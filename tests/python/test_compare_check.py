@@ -64,16 +64,46 @@ def test_a_missing_peer_a_section_that_could_not_run_or_measured_nothing_floored
     assert any(f.startswith("hit: no row with a floor was measured") for f in failures)
 
 
+def test_a_section_that_sets_no_floors_is_not_asked_for_one(rows):
+    # compare --check over every section: only those whose code sets floors must measure one.
+    rows.append({"section": "remote", "what": "a remote hit", "kiln": timed(1.0)})
+    rows.append({"section": "hit", "what": "a row with no floor", "kiln": timed(1.0)})
+    failures = harness.check_floors(["remote", "hit"], floored_sections=["hit"])
+    assert len(failures) == 1 and failures[0].startswith("hit: no row with a floor")
+
+
 def test_every_ci_section_has_a_floor_in_its_code():
     from kiln_compare import cli
     from kiln_compare.sections import hit, micro, runtime, warm
     assert cli.CI_SECTIONS == ["hit", "warm", "micro", "runtime"]
     for floor in (hit.HIT_FLOOR, warm.WARM_SM90_FLOOR, runtime.ADAMW_FLOOR):
-        assert floor.min_ratio and "2026" in floor.source
-    assert micro.CEILINGS_MS and "2026" in micro.CEILING_SOURCE
+        assert floor.min_ratio and "docs/history/" in floor.source
+    assert micro.CEILINGS_MS and "docs/history/" in micro.CEILING_SOURCE
+    for module in (hit, warm, micro, runtime):
+        assert module.FLOORED
+    for source in (hit.HIT_FLOOR.source, micro.CEILING_SOURCE):  # the page the floors name exists
+        page = source[source.index("docs/history/"):].rstrip('")')
+        assert os.path.exists(os.path.join(ROOT, page)), page
 
 
 def test_help_names_check_and_ci():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench", "compare"), "--help"], capture_output=True,
                          text=True, check=True).stdout
     assert "--check" in out and "--ci" in out and "floor" in out
+
+
+def test_a_ceilinged_benchmark_that_gives_no_figure_fails_the_check(rows, monkeypatch):
+    # Google Benchmark writes no median for a benchmark whose runs all failed (SkipWithError, as
+    # BM_DiskHit does when its hit turns into a compile): a fault the real benchmark cannot be
+    # made to show on demand, so its JSON is replaced by one that lacks BM_DiskHit.
+    from types import SimpleNamespace
+
+    from kiln_compare.sections import micro
+    got = {"BM_DiskHitAndLoad": {"median_ms": 0.06, "n": 3, "counters": {}, "counters_sd": {}},
+           "BM_DiskHit100KiB": {"median_ms": 0.07, "n": 3, "counters": {}, "counters_sd": {}},
+           "BM_IndexLookup/1000000": {"median_ms": 0.006, "n": 3, "counters": {}, "counters_sd": {}}}
+    monkeypatch.setattr(micro, "gbench", lambda binary, pattern, reps: {k: v for k, v in got.items()
+                                                                         if (k == "BM_DiskHitAndLoad") == (binary == "kiln_bench")})
+    micro.section(SimpleNamespace(ci=True, quick=False, reps=3), "/nonexistent")
+    failures = harness.check_floors(["micro"], floored_sections=["micro"])
+    assert len(failures) == 1 and failures[0].startswith("micro: BM_DiskHit: no figure to check"), failures

@@ -261,6 +261,8 @@ def main():
 
     if "adamw" in only or "adamw16" in only:
         ds, ds_missing = deepspeed_cpu_adam()
+        if not ds:
+            notes.append(f"DeepSpeed's cpu_adam could not be loaded: {ds_missing}")
         run(adamw_case, kiln, 1 << 24, "16 Mi", ds, ds_missing, ["for-loop", "foreach", "fused"])
     if "adamw" in only:
         torch16 = [r for r in rows if r["case"] == "adamw" and r["side"].startswith("torch")]

@@ -114,8 +114,9 @@ that section, with the command, commit, machine and load it ran with; a run of s
 (`--only`) replaces theirs and leaves the others. Older runs, and what was learnt from them, are
 in [history/](history/README.md). Nothing here is typed by hand.
 
-How to read a row: whole-process figures are hyperfine medians with (min..max); resident-process
-figures are Google Benchmark medians with (sd); "peer / kiln" is the peer's median over kiln's
+How to read a row: whole-process figures are hyperfine medians with (min..max), or, where a row
+says "in rounds", medians of interleaved rounds (each command once per round, the order turned);
+resident-process figures are Google Benchmark medians with (sd); "peer / kiln" is the peer's median over kiln's
 (above 1, kiln is faster), and every row names the peer's exact command. A goal's pass or MISS is
 computed from the row's figures. Figures move between runs of a shared machine: compare ratios
 within one section. A row with a floor (its section's code, with the runs it was set from) fails

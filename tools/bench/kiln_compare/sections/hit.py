@@ -4,14 +4,18 @@ the work each does above a process's start (/bin/true), in interleaved rounds
 import os
 import subprocess
 
-from ..harness import add, cpu_level, Floor, goal, hyperfine, interleaved, KILN, ROOT, run, spec_facts
+from ..harness import add, cpu_level, Floor, goal, hyperfine, interleaved, KILN, ROOT, run, spec_facts, stats_ms
+
+FLOORED = True  # compare --check: this section must measure its floored row
 
 # What a kiln hit may cost above a process's start, against ccache's: the goal is half (issue
-# 47). The floor trips at 0.75 of ccache's work: where a fall like a file made per hit process
-# lands (0.63-0.79x on an AMD EPYC, issue 47), and below every run it was set from.
-HIT_FLOOR = Floor(min_ratio=1 / 0.75, source=(
+# 47). The floor trips when kiln does 0.8 of ccache's work: about twice what the runs it was set
+# from measured, and loose enough for an AMD EPYC VM, where it has not been measured this way yet.
+# A fall like issue 47's (0.63-0.79x there, by hyperfine, before a page per hit process was fixed)
+# trips it only at its worst.
+HIT_FLOOR = Floor(min_ratio=1 / 0.8, source=(
     "6 runs of tools/bench/compare --ci, Intel Xeon VM (2 cores, quiet), 2026-12-04: ccache's work over kiln's "
-    "2.3-2.6x (kiln's 0.38-0.44x of ccache's); docs/history/2026-12-04-compare-ci-floors.md"))
+    "2.3-2.6x (kiln's 0.38-0.44x of ccache's); docs/history/2026-12-04-9945305-compare-ci-floors.md"))
 
 
 def section(a, work):
@@ -48,18 +52,17 @@ def section(a, work):
 
 def work_row(a, build_cmd, spec, ccache_cmd):
     """The `kiln build` hit and the ccache hit above /bin/true's time, each command once per
-    round (harness.interleaved): the ratio is ccache's work over kiln's, the goal 2 (kiln's at
-    most half of ccache's)."""
+    round (harness.interleaved): each round's time less that round's /bin/true, median (min..max)
+    over the rounds. The ratio is ccache's work over kiln's, the goal 2 (kiln's at most half)."""
     rounds = 100 if a.quick else 300
-    t = interleaved([("kiln", build_cmd), ("ccache", ccache_cmd), ("version", f"{KILN} --version"), ("true", "/bin/true")], rounds)
-    start = t["true"]["median_ms"]
-    kiln_work = {"median_ms": t["kiln"]["median_ms"] - start, "min_ms": t["kiln"]["min_ms"] - t["true"]["min_ms"],
-                 "max_ms": t["kiln"]["max_ms"] - t["true"]["min_ms"], "n": rounds}
-    ccache_work = {"median_ms": t["ccache"]["median_ms"] - start, "min_ms": t["ccache"]["min_ms"] - t["true"]["min_ms"],
-                   "max_ms": t["ccache"]["max_ms"] - t["true"]["min_ms"], "n": rounds}
+    samples = {}
+    t = interleaved([("kiln", build_cmd), ("ccache", ccache_cmd), ("version", f"{KILN} --version"), ("true", "/bin/true")], rounds,
+                    samples_out=samples)
+    kiln_work = stats_ms([k - z for k, z in zip(samples["kiln"], samples["true"])])
+    ccache_work = stats_ms([c - z for c, z in zip(samples["ccache"], samples["true"])])
     note = (f"medians in {rounds} rounds (each command once per round, the order turned): kiln build {t['kiln']['median_ms']:.2f} ms, "
-            f"ccache {t['ccache']['median_ms']:.2f} ms, kiln --version {t['version']['median_ms']:.2f} ms, /bin/true {start:.2f} ms; "
-            f"kiln's work is {kiln_work['median_ms'] / ccache_work['median_ms']:.2f}x ccache's")
-    row = add("hit", "a `kiln build` hit's work above a process's start (its time less /bin/true's), next to a ccache hit's",
+            f"ccache {t['ccache']['median_ms']:.2f} ms, kiln --version {t['version']['median_ms']:.2f} ms, /bin/true "
+            f"{t['true']['median_ms']:.2f} ms; kiln's work is {kiln_work['median_ms'] / ccache_work['median_ms']:.2f}x ccache's")
+    row = add("hit", "a `kiln build` hit's work above a process's start (its time less /bin/true's in the same round), next to a ccache hit's",
               kiln_work, f"{KILN} --cache-dir DIR build {spec}, less /bin/true", ccache_work, ccache_cmd + ", less /bin/true", note=note)
     goal(row, "at most 0.5x ccache's work", row["ratio"] >= 2, floor=HIT_FLOOR)

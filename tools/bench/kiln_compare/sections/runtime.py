@@ -12,13 +12,16 @@ from ..harness import add, BUILD, child_env, Floor, gbench, goal, ROOT, rows, ru
 
 OP_PEERS = os.path.join(ROOT, "tools", "bench", "op_peers.py")
 
+FLOORED = True  # compare --check: this section must measure its floored row
+
 # CPU AdamW over 16 Mi fp32 parameters next to DeepSpeed's cpu_adam, on kiln's time over its in
 # the same round (op_peers.py pairs them, each side timed on its second call in a row). The goal
-# is at least DeepSpeed's; the floor trips when kiln takes 1.15x its time, which a fall like issue
-# 47's (1.05-1.18x on an AMD EPYC) reaches at its worst and the runs below never came near.
-ADAMW_FLOOR = Floor(min_ratio=1 / 1.15, source=(
+# is at least DeepSpeed's. The floor trips when kiln takes 1.3x its time: the runs it was set from
+# were at 0.96-1.01, and it is loose enough for an AMD EPYC VM, where this way of timing has not
+# run yet (issue 47 saw 1.05-1.18 there, timed on the first call after another side).
+ADAMW_FLOOR = Floor(min_ratio=1 / 1.3, source=(
     "3 runs of tools/bench/compare --ci, Intel Xeon VM (2 cores, quiet), 2026-12-04: kiln's time over DeepSpeed's "
-    "in the same round 0.96-1.01; docs/history/2026-12-04-compare-ci-floors.md"))
+    "in the same round 0.96-1.01; docs/history/2026-12-04-9945305-compare-ci-floors.md"))
 
 
 def section(a, work):
@@ -100,3 +103,9 @@ def op_peer_rows(a, work, only=None):
             text = "at least DeepSpeed's CPU Adam" if peer["side"] == "deepspeed" else f"no slower than {peer['side']}"
             floored = peer["side"] == "deepspeed" and shape == "16 Mi"
             goal(row, text, kiln["median_ms"] <= peer["median_ms"], floor=ADAMW_FLOOR if floored else None)
+    adamw16 = by_case.get(("adamw", "16 Mi"), [])
+    if only in (None, "adamw", "adamw16") and not any(x["side"] == "deepspeed" for x in adamw16):
+        # DeepSpeed did not run: the floored row, with no figure, says why (compare --check fails).
+        why = next((n for n in data["notes"] if "DeepSpeed" in n), None) or "op_peers.py measured no DeepSpeed side"
+        row = add("runtime", "adamw 16 Mi, one process: kiln vs deepspeed", None, "", missing=f"DeepSpeed's cpu_adam did not run: {why}")
+        row["floor"] = ADAMW_FLOOR.as_dict()
