@@ -1,9 +1,8 @@
 #include "runtime/host_cpu.h"
 
+#include "support/cpu_features.h"
+
 #include <sys/sysinfo.h>
-#if defined(__x86_64__)
-#include <sys/platform/x86.h>  // glibc 2.33+
-#endif
 
 #include <cstdio>
 #include <cstdlib>

@@ -7,9 +7,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#if KILN_HASH_AVX2
-#include <sys/platform/x86.h>  // glibc 2.33+
-#endif
+#include "support/cpu_features.h"
 
 namespace kiln {
 
