@@ -29,6 +29,11 @@ import sys
 import time
 
 
+# compare's harness, beside this script (tools/bench/kiln_compare): the same paired ratio as its
+# interleaved rows.
+from kiln_compare.harness import paired_ratio  # noqa: E402
+
+
 def log(msg):
     print("op_peers: " + msg, file=sys.stderr, flush=True)
 
@@ -85,9 +90,7 @@ def measure(case, rounds, min_seconds):
                "GBps": case.bytes / med / 1e9, "GBps_min": case.bytes / s[-1] / 1e9, "GBps_max": case.bytes / s[0] / 1e9,
                "check": case.checks.get(name)}
         if name != "kiln":  # kiln's time over this side's in the same round: the drift between rounds cancels
-            ratios = sorted(k / t for k, t in zip(samples["kiln"], samples[name]))
-            row["paired_ratio"] = {"median": statistics.median(ratios), "q1": ratios[len(ratios) // 4],
-                                   "q3": ratios[(3 * len(ratios)) // 4]}
+            row["paired_ratio"] = paired_ratio(samples["kiln"], samples[name])
         out.append(row)
     return out
 

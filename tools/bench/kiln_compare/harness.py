@@ -99,8 +99,8 @@ def interleaved(commands, rounds, warmup=5, prepare=None, samples_out=None):
 
 
 def paired_ratio(kiln_samples, peer_samples):
-    """kiln's time over the peer's in the same round: median and quartiles (as op_peers.py
-    reports them; compare --check takes the median where a row has one)."""
+    """kiln's time over the peer's in the same round: median and quartiles (for interleaved rows
+    and op_peers.py's; compare --check takes the median where a row has one)."""
     r = sorted(k / p for k, p in zip(kiln_samples, peer_samples))
     return {"median": statistics.median(r), "q1": r[len(r) // 4], "q3": r[(3 * len(r)) // 4]}
 
@@ -151,9 +151,7 @@ def goal(row, text, met, floor=None):
     by what noise on a quiet 2-core machine moves it, so that only a real fall trips it)."""
     row["goal"] = {"text": text, "met": bool(met)}
     row["note"] = (row["note"] + "; " if row.get("note") else "") + f"goal {text}: {'pass' if met else 'MISS'}"
-    if floor:
-        row["floor"] = floor.as_dict()
-    return row
+    return floor.on(row) if floor else row
 
 
 class Floor:
@@ -169,11 +167,15 @@ class Floor:
     def as_dict(self):
         return {"min_ratio": self.min_ratio, "max_ms": self.max_ms, "source": self.source}
 
+    def on(self, row):
+        """The row, held to this floor (as the JSON keeps it)."""
+        row["floor"] = self.as_dict()
+        return row
+
 
 def ceiling(row, max_ms, source):
     """A row with no peer held by `compare --check` to at most `max_ms` (kiln's median)."""
-    row["floor"] = Floor(max_ms=max_ms, source=source).as_dict()
-    return row
+    return Floor(max_ms=max_ms, source=source).on(row)
 
 
 def checked_value(row):
@@ -197,12 +199,11 @@ def check_floors(sections, floored_sections=None):
     failures = []
     for s in sections:
         mine = [r for r in rows if r["section"] == s]
-        for r in mine:
-            if r.get("what") == "could not run":
-                failures.append(f"{s}: could not run: {r.get('peer_missing')}")
+        broken = [r for r in mine if r.get("what") == "could not run"]
+        failures += [f"{s}: could not run: {r.get('peer_missing')}" for r in broken]
         floored = [r for r in mine if r.get("floor")]
         expected = floored_sections is None or s in floored_sections
-        if expected and not floored and not any(r.get("what") == "could not run" for r in mine):
+        if expected and not floored and not broken:
             failures.append(f"{s}: no row with a floor was measured (a peer missing? {'; '.join(str(r.get('peer_missing')) for r in mine if r.get('peer_missing')) or 'none said why'})")
         for r in floored:
             f = r["floor"]
