@@ -21,8 +21,17 @@
 //   PTX only, at 0x40: u32 0x48 (where the ptxas options string is), u32 0 (its length:
 //                      none), 8 zero bytes
 //   PTX payload:       the text and a NUL.
+//
+// A compressed entry, as CUDA 13's `fatbinary --compress-all` writes it (and nvcc by default for
+// PTX and for cubins with line tables): the payload is one zstd frame (with its content size,
+// no checksum), padded to 8; the u32 at 0x10 is the frame's size, flags has 0x8000 (zstd) added,
+// and the u64 at 0x38 is the image's size before compression (PTX: the text and its NUL,
+// unpadded). CUDA 12's fatbinary compressed with LZ4 instead (flag 0x2000); its driver may not
+// read zstd, so a caller compresses only for a CUDA 13 toolkit, whose cubins need a CUDA 13
+// driver anyway.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,14 +45,26 @@ struct FatbinImage {
   Kind kind = Kind::kCubin;
   int sm = 0;              // 90 for sm_90 / compute_90
   std::string_view bytes;  // a cubin (ELF), or PTX text
+  // A decoded image that was compressed: `bytes` point into this.
+  std::shared_ptr<const std::string> decompressed;
+};
+
+enum class FatbinCompression {
+  kNone,
+  // zstd, for each image of at least 4 KiB that it makes smaller: nvcc leaves a cubin without
+  // line tables uncompressed, but a library's cubins (mamba-ssm's selective scan: 4.8 MB)
+  // shrink 5-6x, and zstd reads them back at ~1 GB/s (`zstd -b5` here: 4.7 ms for that one).
+  kZstd,
 };
 
 // The fat binary of `images`, in order. kInvalidArgument for a cubin that is not a 64-bit ELF,
 // or PTX without a .version line.
-Result<std::string> encode_fatbin(const std::vector<FatbinImage>& images);
+Result<std::string> encode_fatbin(const std::vector<FatbinImage>& images, FatbinCompression compression = FatbinCompression::kNone);
 
-// The images of a fat binary written by encode_fatbin (or by `fatbinary` without compression):
-// kind, sm and payload (PTX without its NUL and padding). kDataLoss for anything else.
+// The images of a fat binary written by encode_fatbin (or by `fatbinary`, compressed with zstd
+// or not): kind, sm and payload (PTX without its NUL and padding). kDataLoss for anything else,
+// including an LZ4 entry and one that would decompress to more than 1 GiB, or to other than
+// the size its header says.
 Result<std::vector<FatbinImage>> decode_fatbin(std::string_view bytes);
 
 }  // namespace kiln

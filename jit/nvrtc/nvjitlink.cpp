@@ -3,8 +3,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -49,11 +49,12 @@ std::vector<std::string> candidates() {
 std::once_flag g_once;
 Api g_api;
 bool g_ok = false;
+int g_major = 0;
 
 void load() {
   void* h = nullptr;
   for (auto& path : candidates())
-    if (!h) h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h && (h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))) g_major = std::atoi(path.substr(path.rfind(".so.") + 4).c_str());
   if (!h) return;
   // CUDA 13's header calls versioned entry points; older libraries have only the plain ones.
   auto sym = [&](const char* versioned, const char* plain) {
@@ -83,6 +84,8 @@ bool nvjitlink_available() {
   std::call_once(g_once, load);
   return g_ok;
 }
+
+int nvjitlink_major() { return nvjitlink_available() ? g_major : 0; }
 
 std::string nvjitlink_identity() {
   static const std::string id = [] {

@@ -20,6 +20,10 @@ bool nvjitlink_available();
 // ";libnvJitLink.so.13=<build id>", read without loading, or "" where there is none.
 std::string nvjitlink_identity();
 
+// The CUDA release of the nvJitLink loaded (13 for libnvJitLink.so.13), 0 where there is none:
+// the driver its cubins need is at least that release's.
+int nvjitlink_major();
+
 // The cubin for compute capability `sm` (e.g. 90) linked from `ptx`; errors carry its log.
 Result<std::string> link_cubin(std::string_view ptx, int sm);
 

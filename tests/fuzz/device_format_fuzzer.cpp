@@ -1,13 +1,14 @@
 // The byte formats of the new device targets: an "opencl-program" artifact (what the OpenCL
-// backend decodes from the cache, maybe from another node) and the hiprtc helper's request and
-// reply. Any bytes decode to a value or a refusal, never a crash; a value re-encodes to bytes
-// that decode to the same value.
+// backend decodes from the cache, maybe from another node), the hiprtc helper's request and
+// reply, and a CUDA fat binary (zstd-compressed entries included). Any bytes decode to a value
+// or a refusal, never a crash; a value re-encodes to bytes that decode to the same value.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "jit/hiprtc/hiprtc_wire.h"
+#include "support/cuda_fatbin.h"
 #include "support/opencl_program_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -26,6 +27,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto q = kiln::jit::decode_hiprtc_request(bytes); q.ok()) {
     auto again = kiln::jit::decode_hiprtc_request(kiln::jit::encode_hiprtc_request(*q));
     if (!again.ok() || again->source != q->source || again->headers != q->headers || again->options != q->options) std::abort();
+  }
+  if (auto f = kiln::decode_fatbin(bytes); f.ok()) {
+    // Re-encoded uncompressed, where the images are what encode_fatbin takes.
+    if (auto again = kiln::encode_fatbin(*f); again.ok()) {
+      auto g = kiln::decode_fatbin(*again);
+      if (!g.ok() || g->size() != f->size()) std::abort();
+      for (size_t i = 0; i < f->size(); ++i)
+        if ((*g)[i].sm != (*f)[i].sm || (*g)[i].kind != (*f)[i].kind) std::abort();
+    }
   }
   return 0;
 }

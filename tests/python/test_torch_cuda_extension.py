@@ -5,6 +5,7 @@ the CUDA runtime), linked against torch's CUDA libraries and cudart, stored and 
 Under a torch built with CUDA (the venv's) the extensions build and import; running a kernel
 needs a GPU, and that test skips saying so where there is none. Under a CPU-only torch
 (Debian's 1.13) a .cu source is refused, naming what is missing."""
+import ctypes
 import json
 import os
 import struct
@@ -49,15 +50,33 @@ def section(path, name):
     raise AssertionError("no section %s in %s" % (name, path))
 
 
+def zstd_decompress(frame, size):
+    """One zstd frame of `size` bytes, through the system's libzstd (Debian's libzstd1)."""
+    lib = ctypes.CDLL("libzstd.so.1")
+    lib.ZSTD_decompress.restype = ctypes.c_size_t
+    lib.ZSTD_decompress.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
+    out = ctypes.create_string_buffer(size)
+    n = lib.ZSTD_decompress(out, size, frame, len(frame))
+    assert not lib.ZSTD_isError(n) and n == size, "a fat binary entry that does not decompress"
+    return out.raw
+
+
 def fatbin_images(blob):
-    """(kind, sm, payload) of each entry of a CUDA fat binary: kind 1 PTX, 2 cubin."""
+    """(kind, sm, payload) of each entry of a CUDA fat binary: kind 1 PTX, 2 cubin. A compressed
+    entry (zstd, flag 0x8000, as kiln writes for CUDA 13: support/cuda_fatbin.h) is decompressed."""
     magic, _, header, size = struct.unpack_from("<IHHQ", blob, 0)
     assert magic == 0xBA55ED50 and header == 16
     out, at = [], 16
     while at < 16 + size:
         kind, _, entry_header, payload = struct.unpack_from("<HHIQ", blob, at)
+        compressed, = struct.unpack_from("<I", blob, at + 16)
         sm, = struct.unpack_from("<I", blob, at + 28)
-        out.append((kind, sm, blob[at + entry_header:at + entry_header + payload]))
+        flags, = struct.unpack_from("<Q", blob, at + 40)
+        data = blob[at + entry_header:at + entry_header + payload]
+        if flags & 0x8000:
+            data = zstd_decompress(data[:compressed], struct.unpack_from("<Q", blob, at + 56)[0])
+        out.append((kind, sm, data))
         at += entry_header + payload
     return out
 

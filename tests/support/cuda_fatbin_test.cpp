@@ -1,5 +1,6 @@
 // Kiln's fat binary writer against the CUDA toolkit's own `fatbinary` (when installed): the
-// same cubins and PTX must give the same bytes.
+// same cubins and PTX must give the same bytes uncompressed, and the same entries (headers and
+// decompressed payloads) compressed; and its reader against hostile compressed entries.
 #include "support/cuda_fatbin.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 
 #include "support/cuda_toolkit.h"
 #include "support/file_util.h"
+#include "support/little_endian.h"
 #include "support/subprocess.h"
 
 namespace kiln {
@@ -75,6 +77,126 @@ TEST(CudaFatbinTest, MatchesTheToolkitsFatbinary) {
                              {FatbinImage::Kind::kPtx, 80, k_ptx}});
   ASSERT_TRUE(ours.ok()) << ours.status().message();
   EXPECT_EQ(*ours, reference);
+  std::filesystem::remove_all(dir);
+}
+
+
+// A cubin-like ELF that compresses: a header, then text that repeats with a counter in it.
+std::string compressible_cubin(size_t size) {
+  std::string elf = fake_cubin(16);
+  for (int i = 0; elf.size() < size; ++i) elf += "SASS " + std::to_string(i % 97) + ";";
+  elf.resize(size);
+  return elf;
+}
+
+// PTX of `kernels` copies of k_ptx's kernel, each its own name: what `fatbinary` stores as it is.
+std::string many_kernels_ptx(int kernels) {
+  std::string text = k_ptx, head = text.substr(0, text.find(".visible")), kernel = text.substr(text.find(".visible"));
+  std::string out = head;
+  for (int i = 0; i < kernels; ++i) {
+    std::string k = kernel;
+    for (size_t at = 0; (at = k.find("twice", at)) != std::string::npos; at += 5) k.replace(at, 5, "tw" + std::to_string(1000 + i));
+    out += k + "\n";
+  }
+  return out;
+}
+
+constexpr size_t k_first_entry = 16;  // the fat binary's own header
+
+TEST(CudaFatbinTest, CompressesLargeImagesWithZstdAndReadsThemBack) {
+  std::string big = compressible_cubin(200000), small = fake_cubin(3000), ptx = many_kernels_ptx(30);
+  auto fatbin = encode_fatbin({{FatbinImage::Kind::kCubin, 90, big}, {FatbinImage::Kind::kCubin, 80, small}, {FatbinImage::Kind::kPtx, 90, ptx}},
+                              FatbinCompression::kZstd);
+  ASSERT_TRUE(fatbin.ok()) << fatbin.status().message();
+  EXPECT_LT(fatbin->size(), big.size() / 4);
+  // The first entry: zstd's flag, the frame's size, the size before, a zstd frame.
+  const size_t e = k_first_entry;
+  EXPECT_EQ(get_le(*fatbin, e + 40, 8), 0x8011u);
+  EXPECT_EQ(get_le(*fatbin, e + 56, 8), big.size());
+  const uint64_t frame = get_le(*fatbin, e + 16, 4);
+  EXPECT_GT(frame, 0u);
+  EXPECT_EQ(get_le(*fatbin, e + 8, 8), (frame + 7) & ~uint64_t{7});
+  EXPECT_EQ(fatbin->substr(e + 64, 4), std::string("\x28\xb5\x2f\xfd", 4));
+  auto images = decode_fatbin(*fatbin);
+  ASSERT_TRUE(images.ok()) << images.status().message();
+  ASSERT_EQ(images->size(), 3u);
+  EXPECT_EQ((*images)[0].bytes, big);
+  EXPECT_EQ((*images)[1].bytes.substr(0, small.size()), small);  // under 4 KiB: kept as it is
+  EXPECT_EQ((*images)[1].decompressed, nullptr);
+  EXPECT_EQ((*images)[2].kind, FatbinImage::Kind::kPtx);
+  EXPECT_EQ((*images)[2].bytes, ptx);
+  EXPECT_NE((*images)[2].decompressed, nullptr);
+}
+
+TEST(CudaFatbinTest, RefusesHostileCompressedEntries) {
+  std::string big = compressible_cubin(200000);
+  std::string good = encode_fatbin({{FatbinImage::Kind::kCubin, 90, big}}, FatbinCompression::kZstd).value();
+  auto refused = [](std::string bytes, const char* why) {
+    auto got = decode_fatbin(bytes);
+    EXPECT_FALSE(got.ok()) << why;
+    if (!got.ok()) EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << why;
+  };
+  auto with = [&](size_t at, uint64_t value, int bytes) {
+    std::string b = good;
+    std::string le;
+    put_le(le, value, bytes);
+    b.replace(at, bytes, le);
+    return b;
+  };
+  const size_t e = k_first_entry;
+  refused(with(e + 56, uint64_t{8} << 30, 8), "8 GiB claimed: refused before allocating");
+  refused(with(e + 56, big.size() + 1, 8), "a size other than the frame's own");
+  refused(with(e + 16, get_le(good, e + 8, 8) + 8, 4), "a frame longer than its payload");
+  refused(with(e + 16, 0, 4), "zstd's flag with no frame");
+  refused(with(e + 40, 0x2011, 8), "LZ4, which kiln does not read");
+  refused(with(e + 40, 0x11, 8), "compressed bytes without zstd's flag");
+  std::string cut = good;
+  cut[e + 64 + get_le(good, e + 16, 4) / 2] ^= 0x55;  // a flipped byte inside the frame
+  refused(cut, "a damaged frame");
+  refused(good.substr(0, good.size() - 64), "a fat binary cut short");
+}
+
+// `fatbinary --compress-all` (CUDA 13: zstd): the same entry headers as kiln's, but for the
+// compressed sizes (zstd's bytes differ between builds of the library), and kiln's reader gets
+// the same cubin and PTX out of the toolkit's fat binary as out of its own.
+TEST(CudaFatbinTest, CompressesAsTheToolkitsFatbinaryDoes) {
+  std::string bin = cuda_toolkit_root() + "/bin";
+  if (::access((bin + "/fatbinary").c_str(), X_OK) != 0 || ::access((bin + "/ptxas").c_str(), X_OK) != 0)
+    GTEST_SKIP() << "no fatbinary and ptxas in " << bin;
+  auto version = cuda_headers_at(cuda_toolkit_root());
+  if (!version || std::atoi(version->version.c_str()) < 13) GTEST_SKIP() << "fatbinary before CUDA 13 compresses with LZ4";
+  std::string dir = std::filesystem::temp_directory_path() / ("kiln-fatbin-z-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string ptx = many_kernels_ptx(40);
+  ASSERT_TRUE(write_file_atomic(dir + "/k.ptx", ptx).ok());
+  auto ran = run_subprocess({bin + "/ptxas", "-arch=sm_90", dir + "/k.ptx", "-o", dir + "/k.cubin"}, "");
+  ASSERT_TRUE(ran.ok() && ran->exit_code == 0) << (ran.ok() ? ran->err : ran.status().message());
+  std::string cubin = read_file(dir + "/k.cubin").value();
+  ASSERT_GE(cubin.size(), 4096u);
+  ran = run_subprocess({bin + "/fatbinary", "-64", "--compress-all", "--create", dir + "/ref.fatbin", "--image3=kind=elf,sm=90,file=" + dir + "/k.cubin",
+                        "--image3=kind=ptx,sm=90,file=" + dir + "/k.ptx"},
+                       "");
+  ASSERT_TRUE(ran.ok() && ran->exit_code == 0) << (ran.ok() ? ran->err : ran.status().message());
+  std::string reference = read_file(dir + "/ref.fatbin").value();
+  auto ours = encode_fatbin({{FatbinImage::Kind::kCubin, 90, cubin}, {FatbinImage::Kind::kPtx, 90, ptx}}, FatbinCompression::kZstd);
+  ASSERT_TRUE(ours.ok()) << ours.status().message();
+  // Each entry's header, less its payload size (8..16) and compressed size (16..20).
+  auto headers = [](const std::string& f) {
+    std::vector<std::string> out;
+    for (size_t at = k_first_entry; at + 64 <= f.size();) {
+      uint64_t header = get_le(f, at + 4, 4), payload = get_le(f, at + 8, 8);
+      out.push_back(f.substr(at, 8) + f.substr(at + 20, header - 20));
+      at += header + payload;
+    }
+    return out;
+  };
+  EXPECT_EQ(headers(*ours), headers(reference));
+  auto theirs = decode_fatbin(reference);
+  ASSERT_TRUE(theirs.ok()) << theirs.status().message();
+  ASSERT_EQ(theirs->size(), 2u);
+  EXPECT_NE((*theirs)[0].decompressed, nullptr);
+  EXPECT_EQ((*theirs)[0].bytes, cubin);
+  EXPECT_EQ((*theirs)[1].bytes, ptx);
   std::filesystem::remove_all(dir);
 }
 
