@@ -2,6 +2,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -16,7 +17,7 @@ constexpr uint64_t k_flags = 0x11;  // 64-bit code, Linux host
 constexpr uint64_t k_zstd_flag = 0x8000, k_lz4_flag = 0x2000;
 constexpr uint32_t k_cubin_header = 64, k_ptx_header = 80;
 constexpr size_t k_compress_from = 4096;
-constexpr uint64_t k_max_image = uint64_t{1} << 30;  // what decode_fatbin decompresses at most
+constexpr uint64_t k_max_image = uint64_t{1} << 30;  // what decode_fatbin decompresses at most, all images together
 // fatbinary's default level gives within 0.1% of these bytes; 2 MiB windows as its frames have.
 constexpr int k_zstd_level = 5, k_zstd_window_log = 21;
 
@@ -48,6 +49,32 @@ std::optional<std::string> zstd_frame(std::string_view in) {
   if (ZSTD_isError(n) || n >= in.size() || n > UINT32_MAX) return std::nullopt;
   out.resize(n);
   return out;
+}
+
+// `frame` into `out`, which must come to exactly `size` bytes. The buffer grows as the frame
+// produces (from 1 MiB, doubling): a small frame that claims a large size costs what it really
+// decompresses to, not what it claims.
+bool decompress(std::string_view frame, uint64_t size, std::string& out) {
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  if (!ctx) return false;
+  out.resize(static_cast<size_t>(std::min<uint64_t>(size, uint64_t{1} << 20)));
+  ZSTD_inBuffer in{frame.data(), frame.size(), 0};
+  size_t produced = 0;
+  for (;;) {
+    ZSTD_outBuffer to{out.data(), out.size(), produced};
+    size_t left = ZSTD_decompressStream(ctx.get(), &to, &in);
+    produced = to.pos;
+    if (ZSTD_isError(left)) return false;
+    if (left == 0) break;  // the frame is whole
+    if (produced == out.size()) {
+      if (out.size() == size) return false;  // more than it said
+      out.resize(static_cast<size_t>(std::min<uint64_t>(size, uint64_t{out.size()} * 2)));
+    } else if (in.pos == in.size) {
+      return false;  // cut short
+    }
+  }
+  out.resize(produced);
+  return produced == size;
 }
 
 }  // namespace
@@ -117,29 +144,33 @@ Result<std::vector<FatbinImage>> decode_fatbin(std::string_view bytes) {
   uint64_t header = get_le(bytes, 6, 2), size = get_le(bytes, 8, 8);
   if (header != 16 || size > bytes.size() - 16) return bad("its size is wrong");
   std::vector<FatbinImage> out;
+  uint64_t unpacked_total = 0;  // what the compressed entries decompress to, all together
   size_t at = 16, end = 16 + size;
   while (at < end) {
     if (end - at < 64) return bad("an entry is cut short");
     uint64_t kind = get_le(bytes, at, 2), entry_header = get_le(bytes, at + 4, 4), payload = get_le(bytes, at + 8, 8);
     if (entry_header < 64 || entry_header > end - at || payload > end - at - entry_header) return bad("an entry's size is wrong");
     if (kind != 1 && kind != 2) return bad("an entry of kind " + std::to_string(kind));
-    const uint64_t compressed = get_le(bytes, at + 16, 4), flags = get_le(bytes, at + 40, 8), size = get_le(bytes, at + 56, 8);
+    const uint64_t compressed = get_le(bytes, at + 16, 4), flags = get_le(bytes, at + 40, 8), unpacked = get_le(bytes, at + 56, 8);
     FatbinImage image;
     image.kind = kind == 1 ? FatbinImage::Kind::kPtx : FatbinImage::Kind::kCubin;
     image.sm = static_cast<int>(get_le(bytes, at + 28, 4));
     image.bytes = bytes.substr(at + entry_header, payload);
     if (flags & k_lz4_flag) return bad("an entry is compressed with LZ4 (CUDA 12's fatbinary), which kiln does not read");
     if (flags & k_zstd_flag) {
-      // Sizes checked before anything is allocated: the header's, the frame's own, the bound.
+      // Checked before anything is allocated: the header's sizes, the frame's own (its blocks
+      // walked: one whole frame, nothing after it), and 1 GiB for the whole fat binary.
       if (compressed == 0 || compressed > payload) return bad("a compressed entry's size is wrong");
       std::string_view frame = image.bytes.substr(0, compressed);
-      if (size == 0 || size > k_max_image || ZSTD_getFrameContentSize(frame.data(), frame.size()) != size)
-        return bad("a compressed entry's size is wrong or over 1 GiB");
-      auto out = std::make_shared<std::string>(size, '\0');
-      size_t n = ZSTD_decompress(out->data(), out->size(), frame.data(), frame.size());
-      if (ZSTD_isError(n) || n != size) return bad("a compressed entry does not decompress");
-      image.decompressed = out;
-      image.bytes = *out;
+      if (ZSTD_findFrameCompressedSize(frame.data(), frame.size()) != compressed)
+        return bad("a compressed entry is not one whole zstd frame");
+      if (unpacked == 0 || unpacked > k_max_image - unpacked_total || ZSTD_getFrameContentSize(frame.data(), frame.size()) != unpacked)
+        return bad("a compressed entry's size is wrong, or the images come to over 1 GiB");
+      unpacked_total += unpacked;
+      auto decoded = std::make_shared<std::string>();
+      if (!decompress(frame, unpacked, *decoded)) return bad("a compressed entry does not decompress to the size it says");
+      image.decompressed = decoded;
+      image.bytes = *decoded;
     } else if (compressed != 0) {
       return bad("an entry is compressed in a way kiln does not know");
     }

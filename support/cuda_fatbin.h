@@ -22,8 +22,8 @@
 //                      none), 8 zero bytes
 //   PTX payload:       the text and a NUL.
 //
-// A compressed entry, as CUDA 13's `fatbinary --compress-all` writes it (and nvcc by default for
-// PTX and for cubins with line tables): the payload is one zstd frame (with its content size,
+// A compressed entry, in the layout CUDA 13's `fatbinary --compress-all` writes (and nvcc by
+// default for PTX and for cubins with line tables; kiln, for images of 4 KiB and more): the payload is one zstd frame (with its content size,
 // no checksum), padded to 8; the u32 at 0x10 is the frame's size, flags has 0x8000 (zstd) added,
 // and the u64 at 0x38 is the image's size before compression (PTX: the text and its NUL,
 // unpadded). CUDA 12's fatbinary compressed with LZ4 instead (flag 0x2000); its driver may not
@@ -63,8 +63,8 @@ Result<std::string> encode_fatbin(const std::vector<FatbinImage>& images, Fatbin
 
 // The images of a fat binary written by encode_fatbin (or by `fatbinary`, compressed with zstd
 // or not): kind, sm and payload (PTX without its NUL and padding). kDataLoss for anything else,
-// including an LZ4 entry and one that would decompress to more than 1 GiB, or to other than
-// the size its header says.
+// including an LZ4 entry, a payload that is not one whole zstd frame, one that would decompress
+// to other than the size its header says, and images that come to more than 1 GiB together.
 Result<std::vector<FatbinImage>> decode_fatbin(std::string_view bytes);
 
 }  // namespace kiln

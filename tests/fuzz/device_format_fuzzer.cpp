@@ -29,13 +29,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!again.ok() || again->source != q->source || again->headers != q->headers || again->options != q->options) std::abort();
   }
   if (auto f = kiln::decode_fatbin(bytes); f.ok()) {
-    // Re-encoded uncompressed, where the images are what encode_fatbin takes.
-    if (auto again = kiln::encode_fatbin(*f); again.ok()) {
-      auto g = kiln::decode_fatbin(*again);
-      if (!g.ok() || g->size() != f->size()) std::abort();
-      for (size_t i = 0; i < f->size(); ++i)
-        if ((*g)[i].sm != (*f)[i].sm || (*g)[i].kind != (*f)[i].kind) std::abort();
-    }
+    // Re-encoded, as it is and compressed, where the images are what encode_fatbin takes.
+    for (auto compression : {kiln::FatbinCompression::kNone, kiln::FatbinCompression::kZstd})
+      if (auto again = kiln::encode_fatbin(*f, compression); again.ok()) {
+        auto g = kiln::decode_fatbin(*again);
+        if (!g.ok() || g->size() != f->size()) std::abort();
+        for (size_t i = 0; i < f->size(); ++i)
+          if ((*g)[i].sm != (*f)[i].sm || (*g)[i].kind != (*f)[i].kind ||
+              (*g)[i].bytes.substr(0, (*f)[i].bytes.size()) != (*f)[i].bytes.substr(0, (*g)[i].bytes.size()))
+            std::abort();
+      }
   }
   return 0;
 }

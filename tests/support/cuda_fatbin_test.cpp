@@ -126,6 +126,10 @@ TEST(CudaFatbinTest, CompressesLargeImagesWithZstdAndReadsThemBack) {
   EXPECT_EQ((*images)[2].kind, FatbinImage::Kind::kPtx);
   EXPECT_EQ((*images)[2].bytes, ptx);
   EXPECT_NE((*images)[2].decompressed, nullptr);
+  // The PTX entry's size before compression counts its NUL, as fatbinary's does.
+  size_t third = e;
+  for (int i = 0; i < 2; ++i) third += get_le(*fatbin, third + 4, 4) + get_le(*fatbin, third + 8, 8);
+  EXPECT_EQ(get_le(*fatbin, third + 56, 8), ptx.size() + 1);
 }
 
 TEST(CudaFatbinTest, RefusesHostileCompressedEntries) {
@@ -154,6 +158,14 @@ TEST(CudaFatbinTest, RefusesHostileCompressedEntries) {
   cut[e + 64 + get_le(good, e + 16, 4) / 2] ^= 0x55;  // a flipped byte inside the frame
   refused(cut, "a damaged frame");
   refused(good.substr(0, good.size() - 64), "a fat binary cut short");
+  // A frame that claims 1 GiB (its header and the entry's agree) but holds 200 KB: refused,
+  // having grown its buffer only as far as the frame really went.
+  const unsigned char descriptor = static_cast<unsigned char>(good[e + 64 + 4]);
+  ASSERT_EQ(descriptor >> 6, 2);  // a 4-byte content size, after the descriptor and any window byte
+  const size_t content_size_at = e + 64 + 5 + (((descriptor >> 5) & 1) ? 0 : 1);
+  std::string claim = with(e + 56, 0x3fffffff, 8);
+  claim.replace(content_size_at, 4, std::string("\xff\xff\xff\x3f", 4));
+  refused(claim, "1 GiB claimed by a 200 KB frame");
 }
 
 // `fatbinary --compress-all` (CUDA 13: zstd): the same entry headers as kiln's, but for the
@@ -191,6 +203,17 @@ TEST(CudaFatbinTest, CompressesAsTheToolkitsFatbinaryDoes) {
     return out;
   };
   EXPECT_EQ(headers(*ours), headers(reference));
+  // The sizes kiln writes follow fatbinary's rules: the payload is the frame padded to 8, and
+  // the fat binary's size is its entries'.
+  for (const std::string* f : {&*ours, &reference}) {
+    size_t at = k_first_entry;
+    while (at + 64 <= f->size()) {
+      EXPECT_EQ(get_le(*f, at + 8, 8), (get_le(*f, at + 16, 4) + 7) & ~uint64_t{7});
+      at += get_le(*f, at + 4, 4) + get_le(*f, at + 8, 8);
+    }
+    EXPECT_EQ(at, f->size());
+    EXPECT_EQ(get_le(*f, 8, 8), f->size() - k_first_entry);
+  }
   auto theirs = decode_fatbin(reference);
   ASSERT_TRUE(theirs.ok()) << theirs.status().message();
   ASSERT_EQ(theirs->size(), 2u);
