@@ -45,8 +45,9 @@ struct FatbinImage {
   Kind kind = Kind::kCubin;
   int sm = 0;              // 90 for sm_90 / compute_90
   std::string_view bytes;  // a cubin (ELF), or PTX text
-  // A decoded image that was compressed: `bytes` point into this.
-  std::shared_ptr<const std::string> decompressed;
+  // A decoded image that was compressed: `bytes` point into this. The `{}` lets an image be
+  // written {kind, sm, bytes} without g++'s -Wmissing-field-initializers.
+  std::shared_ptr<const std::string> decompressed{};
 };
 
 enum class FatbinCompression {
