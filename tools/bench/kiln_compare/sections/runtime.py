@@ -16,12 +16,12 @@ FLOORED = True  # compare --check: this section must measure its floored row
 
 # CPU AdamW over 16 Mi fp32 parameters next to DeepSpeed's cpu_adam, on kiln's time over its in
 # the same round (op_peers.py pairs them, each side timed on its second call in a row). The goal
-# is at least DeepSpeed's. The floor trips when kiln takes 1.3x its time: the runs it was set from
-# were at 0.96-1.01, and it is loose enough for an AMD EPYC VM, where this way of timing has not
-# run yet (issue 47 saw 1.05-1.18 there, timed on the first call after another side).
-ADAMW_FLOOR = Floor(min_ratio=1 / 1.3, source=(
-    "3 runs of tools/bench/compare --ci, Intel Xeon VM (2 cores, quiet), 2026-12-04: kiln's time over DeepSpeed's "
-    "in the same round 0.96-1.01; docs/history/2026-12-04-9945305-compare-ci-floors.md"))
+# is at least DeepSpeed's. The floor trips when kiln takes 1.15x its time: the runs it was set
+# from were at 0.96-1.01 on Intel and 0.81-1.02 on AMD EPYC (whose AVX-512 runs on 256-bit
+# units); issue 47's 1.05-1.18 there was timed on the first call after another side.
+ADAMW_FLOOR = Floor(min_ratio=1 / 1.15, source=(
+    "tools/bench/compare --ci, 2 cores, quiet, 2026-12-04: kiln's time over DeepSpeed's in the same round 0.96-1.01 in "
+    "3 runs on an Intel Xeon VM, 0.81-1.02 in 5 runs on an AMD EPYC VM; docs/history/2026-12-04-9945305-compare-ci-floors.md"))
 
 
 def section(a, work):
