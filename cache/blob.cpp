@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "support/little_endian.h"
+#include "support/zstd_frame.h"
 
 namespace kiln::cache {
 namespace {
@@ -103,39 +104,9 @@ Result<std::string> decompress(std::string_view section, uint64_t expected, cons
   size_t frame_size = ZSTD_findFrameCompressedSize(section.data(), section.size());
   if (ZSTD_isError(frame_size) || frame_size > section.size()) return damaged(name + " is not a whole zstd frame");
   if (!is_padding(section.substr(frame_size))) return damaged(name + " has bytes after its zstd frame");
-  std::string_view frame = section.substr(0, frame_size);
-  if (ZSTD_getFrameContentSize(frame.data(), frame.size()) != expected)
-    return damaged(name + " frame size does not match the header");
-
-  // Reused per thread; reset (parameters kept) before each frame.
-  thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(
-      [] {
-        ZSTD_DCtx* c = ZSTD_createDCtx();
-        if (c) ZSTD_DCtx_setParameter(c, ZSTD_d_windowLogMax, k_max_window_log);
-        return c;
-      }(),
-      ZSTD_freeDCtx);
-  if (!ctx) return Status(StatusCode::kInternal, "cannot make a zstd decoder");
-  ZSTD_DCtx_reset(ctx.get(), ZSTD_reset_session_only);
-  std::string out;
-  out.resize(std::min(expected, std::max(k_first_output_bytes, section.size() * k_first_step_ratio)));
-  ZSTD_inBuffer in{frame.data(), frame.size(), 0};
-  ZSTD_outBuffer to{out.data(), out.size(), 0};
-  for (;;) {
-    size_t in_before = in.pos, out_before = to.pos;
-    size_t left = ZSTD_decompressStream(ctx.get(), &to, &in);
-    if (ZSTD_isError(left)) return damaged(name + ": " + ZSTD_getErrorName(left));
-    if (left == 0) break;  // the frame is done
-    if (to.pos == to.size && to.size < expected) {
-      out.resize(std::min<uint64_t>(expected, uint64_t{to.size} * 2));
-      to.dst = out.data();
-      to.size = out.size();
-    } else if (in.pos == in_before && to.pos == out_before) {
-      // Stuck: more output than the header declared, or the frame ends early.
-      return damaged(name + (to.pos == expected ? " is longer than its header says" : " is cut short"));
-    }
-  }
-  if (to.pos != expected) return damaged(name + " is " + std::to_string(to.pos) + " bytes, its header says " + std::to_string(expected));
+  auto out = zstd_decompress_exact(section.substr(0, frame_size), expected,
+                                   {std::max(k_first_output_bytes, section.size() * k_first_step_ratio), k_max_window_log}, name);
+  if (!out.ok() && out.status().code() == StatusCode::kDataLoss) return damaged(out.status().message());
   return out;
 }
 

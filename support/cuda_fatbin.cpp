@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "support/little_endian.h"
+#include "support/zstd_frame.h"
 
 namespace kiln {
 namespace {
@@ -18,6 +19,10 @@ constexpr uint64_t k_zstd_flag = 0x8000, k_lz4_flag = 0x2000;
 constexpr uint32_t k_cubin_header = 64, k_ptx_header = 80;
 constexpr size_t k_compress_from = 4096;
 constexpr uint64_t k_max_image = uint64_t{1} << 30;  // what decode_fatbin decompresses at most, all images together
+// A compressed entry decodes into 1 MiB first, then doubling as its frame produces, with the
+// windows zstd allows by default (2^27; fatbinary's and kiln's frames use 2^21).
+constexpr uint64_t k_first_output_bytes = uint64_t{1} << 20;
+constexpr int k_max_window_log = 27;
 // fatbinary's default level gives within 0.1% of these bytes; 2 MiB windows as its frames have.
 constexpr int k_zstd_level = 5, k_zstd_window_log = 21;
 
@@ -49,32 +54,6 @@ std::optional<std::string> zstd_frame(std::string_view in) {
   if (ZSTD_isError(n) || n >= in.size() || n > UINT32_MAX) return std::nullopt;
   out.resize(n);
   return out;
-}
-
-// `frame` into `out`, which must come to exactly `size` bytes. The buffer grows as the frame
-// produces (from 1 MiB, doubling): a small frame that claims a large size costs what it really
-// decompresses to, not what it claims.
-bool decompress(std::string_view frame, uint64_t size, std::string& out) {
-  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-  if (!ctx) return false;
-  out.resize(static_cast<size_t>(std::min<uint64_t>(size, uint64_t{1} << 20)));
-  ZSTD_inBuffer in{frame.data(), frame.size(), 0};
-  size_t produced = 0;
-  for (;;) {
-    ZSTD_outBuffer to{out.data(), out.size(), produced};
-    size_t left = ZSTD_decompressStream(ctx.get(), &to, &in);
-    produced = to.pos;
-    if (ZSTD_isError(left)) return false;
-    if (left == 0) break;  // the frame is whole
-    if (produced == out.size()) {
-      if (out.size() == size) return false;  // more than it said
-      out.resize(static_cast<size_t>(std::min<uint64_t>(size, uint64_t{out.size()} * 2)));
-    } else if (in.pos == in.size) {
-      return false;  // cut short
-    }
-  }
-  out.resize(produced);
-  return produced == size;
 }
 
 }  // namespace
@@ -164,13 +143,12 @@ Result<std::vector<FatbinImage>> decode_fatbin(std::string_view bytes) {
       std::string_view frame = image.bytes.substr(0, compressed);
       if (ZSTD_findFrameCompressedSize(frame.data(), frame.size()) != compressed)
         return bad("a compressed entry is not one whole zstd frame");
-      if (unpacked == 0 || unpacked > k_max_image - unpacked_total || ZSTD_getFrameContentSize(frame.data(), frame.size()) != unpacked)
-        return bad("a compressed entry's size is wrong, or the images come to over 1 GiB");
+      if (unpacked == 0 || unpacked > k_max_image - unpacked_total) return bad("a compressed entry's size is wrong, or the images come to over 1 GiB");
       unpacked_total += unpacked;
-      auto decoded = std::make_shared<std::string>();
-      if (!decompress(frame, unpacked, *decoded)) return bad("a compressed entry does not decompress to the size it says");
-      image.decompressed = decoded;
-      image.bytes = *decoded;
+      auto decoded = zstd_decompress_exact(frame, unpacked, {k_first_output_bytes, k_max_window_log}, "a compressed entry");
+      if (!decoded.ok()) return bad(decoded.status().message());
+      image.decompressed = std::make_shared<const std::string>(std::move(decoded).value());
+      image.bytes = *image.decompressed;
     } else if (compressed != 0) {
       return bad("an entry is compressed in a way kiln does not know");
     }
