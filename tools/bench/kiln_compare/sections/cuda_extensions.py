@@ -44,8 +44,7 @@ _MAMBA_NVCC = ["-O3", "-std=c++20", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO
 # Python module (PyG's are libraries of torch ops, loaded with is_python_module=False). Optional:
 # "runs" (how many builds each side, for a spread), "unresolved" (a regular expression of the
 # undefined symbols an import may fail on, where only some of a module's sources are built:
-# tools/bench/cuda_extensions.py), "why_size" (why kiln's library is larger than torch's, said
-# in the row when it is more than 1.1x).
+# tools/bench/cuda_extensions.py).
 CORPUS = [
     {"entry": "causal-conv1d 1.7.0", "package": "causal-conv1d", "version": "1.7.0", "name": "causal_conv1d_cuda",
      "sources": ["csrc/causal_conv1d.cpp", "csrc/causal_conv1d_fwd.cu", "csrc/causal_conv1d_bwd.cu", "csrc/causal_conv1d_update.cu"],
@@ -196,8 +195,7 @@ def section(a, work):
                   note=(f"CPU seconds of the process tree: kiln {f(cpu['kiln']):.0f}, torch {f(cpu['torch']):.0f} "
                         f"({f(cpu['torch']) / f(cpu['kiln']):.2f}x); library kiln {f(library['kiln']) / 1e6:.2f} MB, "
                         f"torch {f(library['torch']) / 1e6:.2f} MB ({size_ratio:.2f}x); "
-                        f"1-min load {min(loads):.1f}..{max(loads):.1f} around the builds"
-                        + (f"; {e['why_size']}" if e.get("why_size") and size_ratio > 1.1 else "")))
+                        f"1-min load {min(loads):.1f}..{max(loads):.1f} around the builds"))
         row["cpu_s"] = {"kiln": cpu["kiln"], "torch": cpu["torch"]}
         row["library_bytes"] = {"kiln": library["kiln"], "torch": library["torch"]}
         sizes.append((e["entry"], size_ratio))
