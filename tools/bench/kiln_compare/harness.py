@@ -269,8 +269,33 @@ def spec_facts(op, spec_dir=None):
     def strings(section, key):
         m = re.search(r"^" + key + r"\s*=\s*\[([^\]]*)\]", section, re.M)
         return re.findall(r'"([^"]*)"', m.group(1)) if m else []
+    # The CUDA template instances the entries name (name_expression = "..." or { cuda = "..." }).
+    instances = [m.group(2) or m.group(1) for m in
+                 re.finditer(r'^name_expression\s*=\s*(?:"([^"]*)"|\{[^}\n]*\bcuda\s*=\s*"([^"]*)")', text, re.M)]
     return {"dir": spec_dir, "sources": strings(main, "sources"), "include_dirs": strings(main, "include_dirs"),
-            "flags": strings(main, "flags"), "defines": strings(main, "defines"), "cuda_sources": strings(cuda, "sources")}
+            "flags": strings(main, "flags"), "defines": strings(main, "defines"), "cuda_sources": strings(cuda, "sources"),
+            "cuda_instances": [i for i in instances if i]}
+
+
+def nvcc_sources(op, work):
+    """The CUDA sources a peer compiler (nvcc, clang -x hip) is given for op, so that it compiles
+    the kernels kiln compiles: the spec's sources, or, where the entries name template instances
+    (kiln gives NVRTC these as name expressions, and Clang an instantiating entry), one unit in
+    `work` that includes the source and takes each instance's address. Given the bare source, nvcc
+    instantiates nothing and makes an empty 1.7 KB cubin (adamw, gelu and their bf16 twins)."""
+    f = spec_facts(op)
+    srcs = [os.path.join(ROOT, "specs", s) for s in f["cuda_sources"]]
+    if not f["cuda_instances"]:
+        return srcs
+    if len(srcs) != 1:
+        raise SystemExit(f"compare: {op}: template instances over {len(srcs)} CUDA sources: the peer's unit takes one")
+    unit = os.path.join(work, "peer-units", op + ".cu")
+    os.makedirs(os.path.dirname(unit), exist_ok=True)
+    lines = [f"// {op} for a peer compiler: its source and the kernels its entries name", f'#include "{srcs[0]}"']
+    lines += [f"[[maybe_unused]] static auto* const kiln_instance_{i} = &{e};" for i, e in enumerate(f["cuda_instances"])]
+    with open(unit, "w") as out:
+        out.write("\n".join(lines) + "\n")
+    return [unit]
 
 
 # The headers whose kernels kiln compiles through Clang by default (builders/op_builder.cpp,

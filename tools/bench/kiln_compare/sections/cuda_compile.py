@@ -6,7 +6,7 @@ or not, next to nvcc -cubin
 import os
 import statistics
 
-from ..harness import add, bundled_specs, cuda_route, gbench, goal, hyperfine, KILN, NVCC, ROOT, rows, run, sibling_specs, spec_facts
+from ..harness import add, bundled_specs, cuda_route, gbench, goal, hyperfine, KILN, NVCC, nvcc_sources, ROOT, rows, run, sibling_specs, spec_facts
 
 
 def section(a, work):
@@ -20,7 +20,7 @@ def section(a, work):
         f = spec_facts(op)
         if not f["cuda_sources"]:
             continue
-        srcs = [os.path.join(ROOT, "specs", s) for s in f["cuda_sources"]]
+        srcs = nvcc_sources(op, work)
         inc = "-I" + os.path.join(ROOT, "specs/include")
         rdc = " -rdc=true" if len(srcs) > 1 else ""
         ptx_cmd = f"{NVCC} -ptx -arch=compute_90{rdc} {inc} {' '.join(srcs)} -o {work}/{op}.ptx"
@@ -74,7 +74,7 @@ def cuda_compile_whole_process(a, work):
     runs = 3 if a.quick else 10
     for op in [o for o in bundled_specs() if spec_facts(o)["cuda_sources"] and cuda_route(o) == "clang"]:
         run([KILN, "--cache-dir", base, "build", os.path.join(siblings, op + ".toml"), "--target", "cuda:sm_90"])
-        srcs = " ".join(os.path.join(ROOT, "specs", s) for s in spec_facts(op)["cuda_sources"])
+        srcs = " ".join(nvcc_sources(op, work))
         nvcc_cmd = f"{NVCC} -cubin -arch=sm_90 -I{ROOT}/specs/include {srcs} -o {work}/{op}.cubin"
         kiln_cmd = f"{KILN} --cache-dir {work}/c build {ROOT}/specs/{op}.toml --target cuda:sm_90"
         t = hyperfine([("kiln", kiln_cmd), ("nvcc", nvcc_cmd)], runs, 2, prepare=f"sh -c 'rm -rf {work}/c && cp -r {base} {work}/c'")

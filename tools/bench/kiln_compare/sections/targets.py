@@ -5,7 +5,7 @@ backend: launch overhead, op throughput, program load from source or binary
 import os
 import re
 
-from ..harness import add, bundled_specs, gbench, hyperfine, KILN, ROOT, rows, spec_facts
+from ..harness import add, bundled_specs, gbench, hyperfine, KILN, nvcc_sources, ROOT, rows, spec_facts
 from ..report import fmt_ms
 
 
@@ -24,7 +24,7 @@ def section(a, work):
     os.makedirs(ninja_dir)
     hip_flags = f"-x hip --cuda-device-only --no-gpu-bundle-output -nogpuinc -nogpulib -O3 -std=c++17 -I{ROOT}/specs/include " \
                 f"-I{ROOT}/backends/hip/include -include kiln/hip_prelude.h"
-    rules = {"hip:gfx90a": [f"clang-22 {hip_flags} --offload-arch=gfx90a -c {ROOT}/specs/{spec_facts(op)['cuda_sources'][0]} "
+    rules = {"hip:gfx90a": [f"clang-22 {hip_flags} --offload-arch=gfx90a -c {nvcc_sources(op, work)[0]} "
                             f"-o {ninja_dir}/out/{op}.hsaco" for op in hip_ops],
              "spirv": [f"sh -c 'clang-22 --target=spirv64 -cl-std=CL3.0 -O3 -I{ROOT}/specs/include -c {ROOT}/specs/{opencl_source(op)} "
                        f"-o {ninja_dir}/out/{op}.spv && spirv-val {ninja_dir}/out/{op}.spv'" for op in cl_ops]}

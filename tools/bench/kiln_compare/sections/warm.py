@@ -5,7 +5,7 @@ CUDA (three architectures) next to nvcc, two at a time; for sm_90, kiln warm -j1
 import os
 
 from ..harness import (add, bundled_specs, compiler_command, cpu_level, Floor, goal, hyperfine, interleaved, KILN, NVCC,
-                       paired_ratio, ROOT, run, sibling_specs, spec_facts)
+                       nvcc_sources, paired_ratio, ROOT, run, sibling_specs, spec_facts)
 
 FLOORED = True  # compare --check: this section must measure its floored row
 
@@ -55,9 +55,8 @@ def cuda_three_archs(a, work, cuda_ops):
     ninja_dir = os.path.join(work, "ninja")
     lines = ["rule nvcc", "  command = $cmd", ""]
     for op in cuda_ops:
-        f = spec_facts(op)
-        srcs = " ".join(os.path.join(ROOT, "specs", s) for s in f["cuda_sources"])
-        rdc = " -rdc=true" if len(f["cuda_sources"]) > 1 else ""
+        srcs = " ".join(nvcc_sources(op, work))
+        rdc = " -rdc=true" if len(spec_facts(op)["cuda_sources"]) > 1 else ""
         for sm in (80, 90, 100):
             lines += [f"build out/{op}.{sm}.cubin: nvcc",
                       f"  cmd = {NVCC} -cubin -arch=sm_{sm}{rdc} -I{ROOT}/specs/include {srcs} -o {ninja_dir}/out/{op}.{sm}.cubin", ""]
@@ -80,7 +79,7 @@ def cuda_sm90(a, work, cuda_ops):
     os.makedirs(ninja_dir, exist_ok=True)
     lines = ["rule nvcc", "  command = $cmd", ""]
     for op in cuda_ops:
-        srcs = " ".join(os.path.join(ROOT, "specs", s) for s in spec_facts(op)["cuda_sources"])
+        srcs = " ".join(nvcc_sources(op, work))
         rdc = " -rdc=true" if len(spec_facts(op)["cuda_sources"]) > 1 else ""
         lines += [f"build out/{op}.90.cubin: nvcc",
                   f"  cmd = {NVCC} -cubin -arch=sm_90{rdc} -I{ROOT}/specs/include {srcs} -o {ninja_dir}/out/{op}.90.cubin", ""]
