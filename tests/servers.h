@@ -123,15 +123,15 @@ struct BadCertificate {
 std::vector<BadCertificate> bad_certificates(const TestCa& trusted, const std::string& dir);
 
 struct NginxOptions {
-  std::string bearer_token;  // non-empty: requests must carry "Authorization: Bearer <token>"
-  std::string basic_user, basic_password;  // non-empty: basic auth
+  std::string bearer_token{};  // non-empty: requests must carry "Authorization: Bearer <token>"
+  std::string basic_user{}, basic_password{};  // non-empty: basic auth
   // Non-empty: a publisher, the one user whose PUT (and DELETE) is taken (nginx's limit_except
   // GET HEAD with auth_basic); GET and HEAD take basic_user's credentials too.
-  std::string publisher_user, publisher_password;
-  std::string tls_cert, tls_key;           // non-empty: https (and HTTP/2) with this certificate
-  std::string client_ca;                   // non-empty: clients must show a certificate this CA signed
+  std::string publisher_user{}, publisher_password{};
+  std::string tls_cert{}, tls_key{};       // non-empty: https (and HTTP/2) with this certificate
+  std::string client_ca{};                 // non-empty: clients must show a certificate this CA signed
   int proxy_to = 0;  // non-zero: pass every request to http://127.0.0.1:proxy_to instead of serving files
-  std::string redirect_to;  // non-empty: answer every request 308 to redirect_to + the request's URI
+  std::string redirect_to{};  // non-empty: answer every request 308 to redirect_to + the request's URI
   bool pass_host = false;   // with proxy_to: pass the client's Host header (what a SigV4 signature covers)
   // Non-zero: a real rate limiter (limit_req) that answers what S3 answers past it (503 SlowDown)
   // to requests beyond this many a second.

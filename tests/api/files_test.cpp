@@ -45,10 +45,20 @@ void spit(const std::string& path, const std::string& bytes) { std::ofstream(pat
 
 const Files k_group = {{"k.source", "def k(): ..."}, {"k.cubin", std::string("\x7f" "ELF\0\1\2", 7)}, {"k.json", "{\"name\": \"k\"}"}};
 
+// What a group's row says, each field named (the log left empty).
+kiln::ArtifactInfo info(std::string label, std::string target, std::string toolchain = "", double compile_ms = 0) {
+  kiln::ArtifactInfo i;
+  i.label = std::move(label);
+  i.target = std::move(target);
+  i.toolchain = std::move(toolchain);
+  i.compile_ms = compile_ms;
+  return i;
+}
+
 TEST_F(FilesTest, AGroupIsStoredWholeAndHandedOutAsItsFiles) {
   kiln::Context ctx(none());
   EXPECT_FALSE(ctx.find_files("triton-group", "key 1").has_value());
-  kiln::FileGroup stored = ctx.store_files("triton-group", "key 1", k_group, {"k", "cuda:sm_90", "triton 3.9.0", 120});
+  kiln::FileGroup stored = ctx.store_files("triton-group", "key 1", k_group, info("k", "cuda:sm_90", "triton 3.9.0", 120));
   EXPECT_EQ(stored.cache_source, "stored");
   auto found = ctx.find_files("triton-group", "key 1");
   ASSERT_TRUE(found.has_value());
@@ -152,8 +162,8 @@ TEST_F(FilesTest, TheFirstWriterWinsWhenAsked) {
 TEST_F(FilesTest, ListingAKindGivesEachOfItsGroupsCheckedAndLeavesOutADamagedOne) {
   kiln::Context ctx(none());
   EXPECT_TRUE(ctx.list_files("triton-record").empty());
-  kiln::FileGroup a = ctx.store_files("triton-record", "a", {{"record.json", "{\"a\": 1}"}}, {"k", "cuda:sm_90"});
-  kiln::FileGroup b = ctx.store_files("triton-record", "b", {{"record.json", "{\"b\": 2}"}}, {"k", "cuda:sm_80"});
+  kiln::FileGroup a = ctx.store_files("triton-record", "a", {{"record.json", "{\"a\": 1}"}}, info("k", "cuda:sm_90"));
+  kiln::FileGroup b = ctx.store_files("triton-record", "b", {{"record.json", "{\"b\": 2}"}}, info("k", "cuda:sm_80"));
   ctx.store_files("triton-group", "a", k_group);  // another kind: not listed
   std::vector<kiln::FileGroup> listed = ctx.list_files("triton-record");
   ASSERT_EQ(listed.size(), 2u);

@@ -129,8 +129,9 @@ TEST(CudaOpResources, EveryBundledOpThroughBothCompilersForSm80AndSm90) {
         if (!outcome->success) continue;
         auto image = decode_cuda_module(outcome->artifact).value();
         EXPECT_TRUE(std::regex_search(image.ptx, vector_load)) << name << " " << toolchain << " sm_" << sm << ": no 128-bit global load";
-        if (stores_vectors(name))
+        if (stores_vectors(name)) {
           EXPECT_TRUE(std::regex_search(image.ptx, vector_store)) << name << " " << toolchain << " sm_" << sm << ": no 128-bit global store";
+        }
         auto report = jit::ptxas_resources(image.ptx, sm);
         EXPECT_TRUE(report.ok()) << report.status().message();
         if (!report.ok()) continue;
@@ -195,7 +196,9 @@ TEST(CudaOpResources, EveryBundledOpThroughBothCompilersForSm80AndSm90) {
     EXPECT_LE(row.r.spill_stores, want.spill_stores) << row.key() << ": spills where it did not";
     EXPECT_LE(row.r.spill_loads, want.spill_loads) << row.key() << ": spills where it did not";
     EXPECT_LE(row.r.stack_frame, want.stack_frame) << row.key() << ": a larger stack frame (local memory)";
-    if (same_toolkit) EXPECT_LE(row.r.registers, want.registers) << row.key() << ": more registers a thread (less occupancy)";
+    if (same_toolkit) {
+      EXPECT_LE(row.r.registers, want.registers) << row.key() << ": more registers a thread (less occupancy)";
+    }
     if (row.r.registers < want.registers || row.r.spill_stores < want.spill_stores)
       std::printf("%s: fewer than %s says (%d registers, was %d): rewrite it\n", row.key().c_str(), k_baseline_file.c_str(),
                   row.r.registers, want.registers);

@@ -17,7 +17,7 @@ using testing::TempDir;
 
 struct Cli {
   std::string cache;
-  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> env{};  // {}: Cli{dir} leaves it out
   testing::ProcessResult operator()(std::initializer_list<std::string> args) const {
     std::vector<std::string> argv{testing::kiln_binary(), "--cache-dir", cache};
     argv.insert(argv.end(), args);

@@ -153,7 +153,7 @@ TEST_F(NvrtcPreload, HeadersThatAreNotPlainFilesOrAreNewerThanTheCompileAreNotKe
   // A header under /dev (shared memory): what it holds is not fixed by its content's name.
   std::string shm = "/dev/shm/kiln-nvrtc-test-" + std::to_string(::getpid());
   ::mkdir(shm.c_str(), 0755);
-  write_file_atomic(shm + "/my.h", "__device__ inline float twice(float x) { return 5 * x; }\n", false);
+  ASSERT_TRUE(write_file_atomic(shm + "/my.h", "__device__ inline float twice(float x) { return 5 * x; }\n", false).ok());
   std::filesystem::remove(m_dir / "inc2/my.h");  // the search then ends in the folder under /dev
   auto special = through_kiln("cache", "", {"-I" + shm});
   std::filesystem::remove_all(shm);

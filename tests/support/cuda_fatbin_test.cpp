@@ -138,7 +138,9 @@ TEST(CudaFatbinTest, RefusesHostileCompressedEntries) {
   auto refused = [](std::string bytes, const char* why) {
     auto got = decode_fatbin(bytes);
     EXPECT_FALSE(got.ok()) << why;
-    if (!got.ok()) EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << why;
+    if (!got.ok()) {
+      EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << why;
+    }
   };
   auto with = [&](size_t at, uint64_t value, int bytes) {
     std::string b = good;

@@ -50,7 +50,9 @@ TEST(HalfTest, Bfloat16RoundsToNearestEven) {
   EXPECT_TRUE(std::isnan(bfloat16_bits_to_float(float_to_bfloat16_bits(NAN))));
   for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
     float f = bfloat16_bits_to_float(static_cast<uint16_t>(bits));
-    if (!std::isnan(f)) EXPECT_EQ(float_to_bfloat16_bits(f), bits);
+    if (!std::isnan(f)) {
+      EXPECT_EQ(float_to_bfloat16_bits(f), bits);
+    }
   }
 }
 
