@@ -270,6 +270,11 @@ def spec_facts(op, spec_dir=None):
         m = re.search(r"^" + key + r"\s*=\s*\[([^\]]*)\]", section, re.M)
         return re.findall(r'"([^"]*)"', m.group(1)) if m else []
     # The CUDA template instances the entries name (name_expression = "..." or { cuda = "..." }).
+    # Another form (a dotted key, a table of its own) would give the peers the bare source again,
+    # with no kernel in it: stop instead.
+    for line in re.findall(r"^.*\bname_expression\b.*$", text, re.M):
+        if not line.lstrip().startswith("#") and not re.match(r'^name_expression\s*=\s*("[^"]*"|\{[^}\n]*\})\s*(#.*)?$', line):
+            raise SystemExit(f"compare: {op}.toml: a name_expression written in a form compare does not read: {line.strip()}")
     instances = [m.group(2) or m.group(1) for m in
                  re.finditer(r'^name_expression\s*=\s*(?:"([^"]*)"|\{[^}\n]*\bcuda\s*=\s*"([^"]*)")', text, re.M)]
     return {"dir": spec_dir, "sources": strings(main, "sources"), "include_dirs": strings(main, "include_dirs"),
