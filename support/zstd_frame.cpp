@@ -36,8 +36,7 @@ Result<std::string> zstd_decompress_exact(std::string_view frame, uint64_t expec
   }
   if (to.pos != expected)
     return Status(StatusCode::kDataLoss, what + " is " + std::to_string(to.pos) + " bytes, its header says " + std::to_string(expected));
-  out.resize(to.pos);
-  return out;
+  return out;  // to.pos == expected, and the buffer never grows past expected: it is exactly full
 }
 
 }  // namespace kiln

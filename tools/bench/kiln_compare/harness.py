@@ -269,17 +269,24 @@ def spec_facts(op, spec_dir=None):
     def strings(section, key):
         m = re.search(r"^" + key + r"\s*=\s*\[([^\]]*)\]", section, re.M)
         return re.findall(r'"([^"]*)"', m.group(1)) if m else []
-    # The CUDA template instances the entries name (name_expression = "..." or { cuda = "..." }).
-    # Another form (a dotted key, a table of its own) would give the peers the bare source again,
-    # with no kernel in it: stop instead.
-    for line in re.findall(r"^.*\bname_expression\b.*$", text, re.M):
-        if not line.lstrip().startswith("#") and not re.match(r'^name_expression\s*=\s*("[^"]*"|\{[^}\n]*\})\s*(#.*)?$', line):
+    # The CUDA template instances the entries name (name_expression = "..." or { cuda = "..." }),
+    # one pass over the lines that name the key. Another form (a dotted key, a table of its own)
+    # would give the peers the bare source again, with no kernel in it: stop instead.
+    instances = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") or not re.search(r"\bname_expression\b", line):
+            continue
+        m = re.match(r'^name_expression\s*=\s*(?:"([^"]*)"|\{([^}\n]*)\})\s*(#.*)?$', line)
+        if not m:
             raise SystemExit(f"compare: {op}.toml: a name_expression written in a form compare does not read: {line.strip()}")
-    instances = [m.group(2) or m.group(1) for m in
-                 re.finditer(r'^name_expression\s*=\s*(?:"([^"]*)"|\{[^}\n]*\bcuda\s*=\s*"([^"]*)")', text, re.M)]
+        plain, table = m.group(1), m.group(2)
+        cuda_key = re.search(r'\bcuda\s*=\s*"([^"]*)"', table) if table is not None else None
+        instance = plain if table is None else cuda_key.group(1) if cuda_key else ""  # a table without cuda: CPU only
+        if instance:
+            instances.append(instance)
     return {"dir": spec_dir, "sources": strings(main, "sources"), "include_dirs": strings(main, "include_dirs"),
             "flags": strings(main, "flags"), "defines": strings(main, "defines"), "cuda_sources": strings(cuda, "sources"),
-            "cuda_instances": [i for i in instances if i]}
+            "cuda_instances": instances}
 
 
 def nvcc_sources(op, work):
