@@ -670,8 +670,9 @@ void Op::launch_args(std::string_view entry_name, const Launch& config, const Ar
   runtime::Stream& stream =
       config.stream ? *config.stream->m_impl->stream : m_impl->loaded->accelerator().current_stream();
   runtime::LaunchConfig lc{{config.grid.x, config.grid.y, config.grid.z}, {config.block.x, config.block.y, config.block.z},
-                           config.shared_bytes};
+                           config.shared_bytes, config.wait};
   check(kernel->launch(stream, lc, pointers, count));
+  if (config.wait) check(stream.synchronize());
 }
 
 }  // namespace kiln

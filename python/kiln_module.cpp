@@ -298,6 +298,7 @@ class PyOp {
       return kiln::Dim3(v.size() > 0 ? v[0] : 1, v.size() > 1 ? v[1] : 1, v.size() > 2 ? v[2] : 1);
     };
     kiln::Launch config(dim(grid), dim(block), shared_bytes);
+    config.wait = sync;  // the op waits on its stream (on the CPU: runs on this thread's OpenMP team)
     // CUDA tensors: on torch's current stream, so the launch is ordered with torch's own work.
     if (stream) config.stream = stream;
     else if (any_cuda_tensor) config.stream = torch_current_stream();

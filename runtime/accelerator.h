@@ -36,6 +36,10 @@ struct LaunchConfig {
   // a scratch buffer of this size that each block's Block::shared points to (per block,
   // uninitialised, as on a GPU).
   uint32_t shared_bytes = 0;
+  // The caller synchronizes the stream right after this launch (a synchronous op call): a
+  // backend may run it on the calling thread when the stream has nothing else queued (the CPU
+  // does, on the caller's OpenMP team where there is one). Only a hint: order is kept either way.
+  bool caller_waits = false;
 };
 
 // What the loader needs to know about one entry point: its name and the size in bytes of

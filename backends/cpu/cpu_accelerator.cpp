@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 #include <thread>
 
 #include "runtime/host_cpu.h"
@@ -24,9 +25,15 @@ static unsigned default_helper_threads() {
   return hw > 1 ? hw - 1 : 0;
 }
 
+static bool default_use_openmp() {
+  const char* env = std::getenv("KILN_CPU_OPENMP");
+  return !(env && std::string_view(env) == "0");
+}
+
 CpuAccelerator::CpuAccelerator(CpuOptions options)
-    : m_pool(std::make_unique<WorkerPool>(options.helper_threads >= 0 ? static_cast<unsigned>(options.helper_threads)
-                                                                      : default_helper_threads())) {}
+    : m_pool(std::make_unique<WorkerPool>(
+          options.helper_threads >= 0 ? static_cast<unsigned>(options.helper_threads) : default_helper_threads(),
+          options.use_openmp >= 0 ? options.use_openmp != 0 : default_use_openmp())) {}
 
 CpuAccelerator::~CpuAccelerator() = default;
 

@@ -18,6 +18,9 @@ struct CpuOptions {
   // Helper threads of the worker pool; the stream's own thread works too.
   // Default: KILN_CPU_THREADS, else one fewer than the hardware threads.
   int helper_threads = -1;
+  // A launch whose caller waits for it may run on the caller's OpenMP team, where the process
+  // has an OpenMP runtime (worker_pool.h). Default: on, unless KILN_CPU_OPENMP=0.
+  int use_openmp = -1;
 };
 
 class CpuAccelerator final : public runtime::Accelerator {

@@ -129,6 +129,12 @@ void CpuStream::serve() {
       m_consumer_sleeping = false;
       if (m_tail.load() == head) return;  // stopping with nothing queued
     }
+    // Queued behind a launch its caller is running itself: after it, as on one queue. (The
+    // flag is set under m_mutex while nothing is queued, so once this command is seen, it is.)
+    if (m_caller_running.load()) {
+      std::unique_lock lock(m_mutex);
+      wait_for_caller(lock);
+    }
     Command& c = m_ring[head % k_ring_size];
     void* params[k_max_params];
     if (c.op == Op::kLaunch)
@@ -185,11 +191,11 @@ void run_block(void* context, uint64_t index) {
 }
 }  // namespace
 
-void CpuStream::execute(const Command& c, void* const* params) {
+void CpuStream::execute(const Command& c, void* const* params, bool waiting_caller) {
   switch (c.op) {
     case Op::kLaunch: {
       LaunchContext ctx{c.entry, c.grid, c.block, c.shared_bytes, params};
-      m_pool.run(c.grid.count(), run_block, &ctx);
+      m_pool.run(c.grid.count(), run_block, &ctx, waiting_caller);
       break;
     }
     case Op::kCopy: std::memmove(c.dst, c.src, c.bytes); break;
@@ -235,7 +241,38 @@ Status CpuStream::launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature
     return invalid_argument("kernel " + sig.name + ": " + std::to_string(config.shared_bytes) +
                             " bytes of shared memory per block; the cpu accelerator gives at most " +
                             std::to_string(k_max_shared_bytes));
+  if (config.caller_waits) {
+    Result<bool> ran = run_on_caller(entry, sig, config, args, num_args);
+    if (!ran.ok() || *ran) return ran.status();
+  }
   return submit_or_capture([&](Command& c) { return pack_launch(c, entry, sig, config, args, num_args); });
+}
+
+void CpuStream::wait_for_caller(std::unique_lock<std::mutex>& lock) {
+  m_caller_done.wait(lock, [&] { return !m_caller_running.load(); });
+}
+
+Result<bool> CpuStream::run_on_caller(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig,
+                                      const runtime::LaunchConfig& config, const void* const* args, size_t num_args) {
+  // Why: a synchronous launch handed to the stream's thread costs two wake-ups, and its blocks
+  // run on kiln's threads beside the process's OpenMP threads still spinning after torch's
+  // last op; on the caller they run on that team (worker_pool.h).
+  Command command;
+  {
+    std::unique_lock lock(m_mutex);
+    if (m_capturing || m_caller_running.load() || m_head.load() != m_tail.load()) return false;
+    KILN_RETURN_IF_ERROR(pack_launch(command, entry, sig, config, args, num_args));
+    m_caller_running.store(true);
+  }
+  void* params[k_max_params];
+  for (size_t i = 0; i < command.num_params; ++i) params[i] = command.arg_bytes.data() + command.offsets[i];
+  execute(command, params, /*waiting_caller=*/true);
+  {
+    std::lock_guard lock(m_mutex);
+    m_caller_running.store(false);
+  }
+  m_caller_done.notify_all();
+  return true;
 }
 
 template <typename Fill>
@@ -302,6 +339,7 @@ Status CpuStream::wait(runtime::Event& event) {
 Status CpuStream::synchronize() {
   std::unique_lock lock(m_mutex);
   if (m_capturing) return unavailable("cpu: synchronize on a stream that is capturing a graph is not supported");
+  wait_for_caller(lock);  // another thread's launch on this stream, run by that thread
   uint64_t target = m_tail;
   if (m_head >= target) return {};
   lock.unlock();
@@ -313,7 +351,7 @@ Status CpuStream::synchronize() {
   return {};
 }
 
-bool CpuStream::query() { return m_finished.load() >= m_tail.load(); }
+bool CpuStream::query() { return !m_caller_running.load() && m_finished.load() >= m_tail.load(); }
 
 Status CpuStream::begin_capture() {
   std::lock_guard lock(m_mutex);

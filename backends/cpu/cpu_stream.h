@@ -84,10 +84,17 @@ class CpuStream final : public runtime::Stream {
   Status begin_capture() override;
   Result<std::unique_ptr<runtime::Graph>> end_capture() override;
 
+  // Queues the launch; with config.caller_waits, on an idle stream, runs it on the calling
+  // thread instead (returning when it is done), holding back whatever is queued meanwhile.
   Status launch(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig, const runtime::LaunchConfig& config,
                 const void* const* args, size_t num_args);
 
  private:
+  // The caller-waits launch: false (nothing run) when the stream is busy or capturing.
+  Result<bool> run_on_caller(kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig,
+                             const runtime::LaunchConfig& config, const void* const* args, size_t num_args);
+  // Blocks while a caller runs a launch of this stream itself; under m_mutex.
+  void wait_for_caller(std::unique_lock<std::mutex>& lock);
   Status launch_graph(CpuGraph& graph);
 
   enum class Op : uint8_t { kLaunch, kCopy, kMemset, kRecord, kWait, kGraph };
@@ -112,7 +119,8 @@ class CpuStream final : public runtime::Stream {
     CpuGraph* graph;
   };
   // Runs one command on the calling thread; `params` (launches only) holds k_max_params slots.
-  void execute(const Command& c, void* const* resolved_params);
+  // `waiting_caller`: that thread is the launch's caller, waiting for it (run_on_caller).
+  void execute(const Command& c, void* const* resolved_params, bool waiting_caller = false);
   // Fills a launch command's argument bytes; errors leave `c` unusable.
   static Status pack_launch(Command& c, kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig,
                             const runtime::LaunchConfig& config, const void* const* args, size_t num_args);
@@ -145,6 +153,10 @@ class CpuStream final : public runtime::Stream {
   std::atomic<int> m_sleepers{0};  // producers or synchronize() waiting under m_mutex
   bool m_stop = false;
   bool m_capturing = false;
+  // A thread is running a launch of this stream itself (run_on_caller): set under m_mutex
+  // only while nothing is queued; the stream's thread and synchronize() wait it out.
+  std::atomic<bool> m_caller_running{false};
+  std::condition_variable m_caller_done;
   std::vector<Command> m_captured;
   CpuStreamList& m_list;
   std::thread m_thread;

@@ -1,10 +1,13 @@
 #include "backends/cpu/worker_pool.h"
 
+#include <dlfcn.h>
+#include <link.h>
+
 #include <algorithm>
 
 namespace kiln::backends::cpu {
 
-WorkerPool::WorkerPool(unsigned threads) : m_thread_count(threads) {}
+WorkerPool::WorkerPool(unsigned threads, bool use_openmp) : m_thread_count(threads), m_use_openmp(use_openmp) {}
 
 WorkerPool::~WorkerPool() {
   {
@@ -46,7 +49,85 @@ void WorkerPool::worker_main() {
   }
 }
 
-void WorkerPool::run(uint64_t count, Task task, void* context) {
+void WorkerPool::begin_job(std::unique_lock<std::mutex>& lock, uint64_t count, Task task, void* context, unsigned workers) {
+  // A helper that woke late for the previous job may still be reading its fields.
+  m_done.wait(lock, [&] { return m_active == 0; });
+  m_task = task;
+  m_context = context;
+  m_count = count;
+  // About 4 chunks per worker balances uneven blocks without hammering the counter.
+  m_chunk = std::max<uint64_t>(1, count / (4 * uint64_t{workers}));
+  m_next.store(0, std::memory_order_relaxed);
+}
+
+namespace {
+// The process's OpenMP runtime, found by name among the libraries already loaded (kiln never
+// loads one): GNU's libgomp (torch's wheels, DeepSpeed's extensions), LLVM's libomp and Intel's
+// libiomp5, which both export libgomp's entry points too.
+struct OpenMpRuntime {
+  void (*parallel)(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) = nullptr;
+  int (*in_parallel)() = nullptr;
+};
+
+unsigned long long loaded_object_count() {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        *static_cast<unsigned long long*>(out) = info->dlpi_adds;
+        return 1;  // the count is the same in every entry: one is enough
+      },
+      &adds);
+  return adds;
+}
+
+const OpenMpRuntime* openmp_runtime() {
+  // Looked for again only when a library has been loaded since the last look (torch imported
+  // after kiln's first launch); once found it stays: the handle pins it.
+  static std::mutex mutex;
+  static OpenMpRuntime found;
+  static std::atomic<bool> have{false};
+  static unsigned long long looked_at = ~0ull;
+  if (have.load(std::memory_order_acquire)) return &found;
+  std::lock_guard lock(mutex);
+  if (have.load(std::memory_order_relaxed)) return &found;
+  unsigned long long adds = loaded_object_count();
+  if (adds == looked_at) return nullptr;
+  looked_at = adds;
+  for (const char* name : {"libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so"}) {
+    void* handle = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (!handle) continue;
+    auto parallel = reinterpret_cast<decltype(found.parallel)>(dlsym(handle, "GOMP_parallel"));
+    auto in_parallel = reinterpret_cast<decltype(found.in_parallel)>(dlsym(handle, "omp_in_parallel"));
+    if (!parallel || !in_parallel) {
+      dlclose(handle);
+      continue;
+    }
+    found.parallel = parallel;
+    found.in_parallel = in_parallel;
+    have.store(true, std::memory_order_release);
+    return &found;
+  }
+  return nullptr;
+}
+}  // namespace
+
+bool WorkerPool::run_on_openmp_team(uint64_t count, Task task, void* context) {
+  const OpenMpRuntime* omp = openmp_runtime();
+  if (!omp || omp->in_parallel()) return false;
+  unsigned workers = m_thread_count + 1;
+  {
+    std::unique_lock lock(m_mutex);
+    begin_job(lock, count, task, context, workers);
+    // m_generation stays: kiln's own helpers sit this one out.
+  }
+  omp->parallel([](void* self) { static_cast<WorkerPool*>(self)->work(); }, this, workers, 0);
+  // A helper of kiln's own that woke late for an earlier job may have joined this one.
+  std::unique_lock lock(m_mutex);
+  m_done.wait(lock, [&] { return m_active == 0; });
+  return true;
+}
+
+void WorkerPool::run(uint64_t count, Task task, void* context, bool waiting_caller) {
   if (count == 0) return;
   std::lock_guard run_lock(m_run_mutex);
   // Small grids are not worth waking anyone for.
@@ -54,17 +135,11 @@ void WorkerPool::run(uint64_t count, Task task, void* context) {
     for (uint64_t i = 0; i < count; ++i) task(context, i);
     return;
   }
+  if (waiting_caller && m_use_openmp && run_on_openmp_team(count, task, context)) return;
   {
     std::unique_lock lock(m_mutex);
     if (m_threads.empty()) start_threads();
-    // A helper that woke late for the previous job may still be reading its fields.
-    m_done.wait(lock, [&] { return m_active == 0; });
-    m_task = task;
-    m_context = context;
-    m_count = count;
-    // About 4 chunks per worker balances uneven blocks without hammering the counter.
-    m_chunk = std::max<uint64_t>(1, count / (4 * (m_thread_count + 1)));
-    m_next.store(0, std::memory_order_relaxed);
+    begin_job(lock, count, task, context, m_thread_count + 1);
     ++m_generation;
   }
   m_wake.notify_all();

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "runtime/host_cpu.h"
@@ -152,6 +154,109 @@ TEST(CpuAcceleratorTest, BytesThatAreNotASharedObjectFailToLoadWithAReason) {
   auto m = acc.load_module(image);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("cannot load op junk"), std::string::npos) << m.status().message();
+}
+
+// ---- launches whose caller waits (runtime::LaunchConfig::caller_waits)
+
+// A kernel's blocks note the thread they ran on: args[0] is a std::thread::id[grid].
+void note_thread(const kiln_cpu_block* b, void* const* args) {
+  (*static_cast<std::thread::id**>(args[0]))[b->block_idx.x] = std::this_thread::get_id();
+}
+
+runtime::LaunchConfig blocks(uint32_t n, bool caller_waits) {
+  runtime::LaunchConfig c{{n, 1, 1}, {1, 1, 1}};
+  c.caller_waits = caller_waits;
+  return c;
+}
+
+TEST(CpuStreamTest, ALaunchWhoseCallerWaitsRunsOnTheCallerWhenTheStreamIsIdle) {
+  CpuAccelerator acc(CpuOptions{0});  // no helpers: every block runs on the thread that runs the launch
+  auto stream = acc.create_stream().value();
+  auto& cpu = dynamic_cast<CpuStream&>(*stream);
+  runtime::KernelSignature sig{"note_thread", {8}, ""};
+  for (bool caller_waits : {true, false}) {
+    std::vector<std::thread::id> ran(16);
+    std::thread::id* out = ran.data();
+    const void* args[] = {&out};
+    ASSERT_TRUE(cpu.launch(note_thread, sig, blocks(16, caller_waits), args, 1).ok());
+    ASSERT_TRUE(stream->synchronize().ok());
+    for (auto id : ran)
+      EXPECT_EQ(id == std::this_thread::get_id(), caller_waits) << (caller_waits ? "caller" : "stream's thread");
+  }
+}
+
+// One block that holds the stream until released: args[0] is a Gate*.
+struct Gate {
+  std::atomic<bool> started{false}, release{false}, finished{false};
+  std::atomic<int> value{0};
+  int plain = 0;  // written by the gated block after its release, and by a copy queued behind it
+};
+void gated(const kiln_cpu_block*, void* const* args) {
+  Gate* g = *static_cast<Gate**>(args[0]);
+  g->started = true;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!g->release && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  g->value = 1;
+  g->plain = 1;
+  g->finished = true;
+}
+void set_two(const kiln_cpu_block*, void* const* args) { (*static_cast<Gate**>(args[0]))->value = 2; }
+
+TEST(CpuStreamTest, WorkQueuedWhileACallerRunsItsLaunchWaitsForItAndSoDoesSynchronize) {
+  CpuAccelerator acc(CpuOptions{1});
+  auto stream = acc.create_stream().value();
+  auto& cpu = dynamic_cast<CpuStream&>(*stream);
+  runtime::KernelSignature sig{"gated", {8}, ""};
+  Gate gate;
+  Gate* g = &gate;
+  const void* args[] = {&g};
+  std::thread caller([&] { EXPECT_TRUE(cpu.launch(gated, sig, blocks(1, true), args, 1).ok()); });
+  while (!gate.started) std::this_thread::yield();
+  EXPECT_FALSE(stream->query());  // the caller's launch is this stream's work
+  // Queued behind it: on its own thread the stream would run this copy at once (a launch would
+  // wait for the worker pool, which the caller's launch holds), and the gated block's later
+  // write would win.
+  int two = 2;
+  ASSERT_TRUE(stream->copy_async(&gate.plain, &two, sizeof two).ok());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate.release = true;
+  });
+  ASSERT_TRUE(stream->synchronize().ok());
+  EXPECT_TRUE(gate.finished.load()) << "synchronize returned while the caller's launch ran";
+  EXPECT_EQ(gate.plain, 2) << "the queued copy ran before the caller's launch had finished";
+  EXPECT_TRUE(stream->query());
+  caller.join();
+  releaser.join();
+}
+
+TEST(CpuStreamTest, ALaunchWhoseCallerWaitsIsQueuedBehindWorkAndCapturedInAGraph) {
+  CpuAccelerator acc(CpuOptions{0});
+  auto stream = acc.create_stream().value();
+  auto& cpu = dynamic_cast<CpuStream&>(*stream);
+  runtime::KernelSignature sig{"gated", {8}, ""};
+  Gate first, second;
+  Gate* g1 = &first;
+  Gate* g2 = &second;
+  const void* args1[] = {&g1};
+  const void* args2[] = {&g2};
+  // Busy with the gated block (queued): the next launch goes behind it, on the stream's thread.
+  ASSERT_TRUE(cpu.launch(gated, sig, blocks(1, false), args1, 1).ok());
+  while (!first.started) std::this_thread::yield();
+  ASSERT_TRUE(cpu.launch(set_two, sig, blocks(1, true), args1, 1).ok());  // returns: queued, not run
+  EXPECT_EQ(first.value.load(), 0);
+  first.release = true;
+  ASSERT_TRUE(stream->synchronize().ok());
+  EXPECT_EQ(first.value.load(), 2);
+  // Capturing: recorded for the graph, run only when the graph is.
+  ASSERT_TRUE(stream->begin_capture().ok());
+  ASSERT_TRUE(cpu.launch(set_two, sig, blocks(1, true), args2, 1).ok());
+  auto graph = stream->end_capture();
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  EXPECT_EQ(second.value.load(), 0);
+  ASSERT_TRUE((*graph)->launch(*stream).ok());
+  ASSERT_TRUE(stream->synchronize().ok());
+  EXPECT_EQ(second.value.load(), 2);
 }
 
 }  // namespace

@@ -40,6 +40,29 @@ def test_adamw_on_torch_tensors_matches_torch_optim():
     assert torch.allclose(param, ref.detach(), rtol=1e-5, atol=1e-6)
 
 
+def test_adamw_two_groups_with_other_betas_at_the_same_step_each_match_torch():
+    # Each CPU worker keeps the last launch's bias corrections (keyed by beta1, beta2, step):
+    # two parameter groups stepped in turn at the same step number but with other betas must
+    # not reuse each other's.
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    n, block = 40000, 4096
+    adamw = kiln.op("adamw")
+    groups = []
+    for betas in ((0.9, 0.999), (0.8, 0.99)):
+        param, grad = torch.randn(n), torch.randn(n)
+        ref = param.clone().requires_grad_(True)
+        opt = torch.optim.AdamW([ref], lr=1e-2, betas=betas, eps=1e-8, weight_decay=0.01)
+        groups.append((betas, param, grad, torch.zeros(n), torch.zeros(n), ref, opt))
+    for step in (1, 2, 3, 4):
+        for betas, param, grad, m, v, ref, opt in groups:
+            ref.grad = grad.clone()
+            opt.step()
+            adamw(param, grad, m, v, 1e-2, betas[0], betas[1], 1e-8, 0.01, step, n, grid=kiln.cdiv(n, block), block=block)
+    for betas, param, grad, m, v, ref, opt in groups:
+        assert torch.allclose(param, ref.detach(), rtol=1e-5, atol=1e-6), betas
+
+
 def test_gelu_on_torch_tensors_matches_torch():
     torch = pytest.importorskip("torch")
     x = torch.randn(3, 4096)

@@ -82,6 +82,10 @@ struct Launch {
   Dim3 grid, block;
   uint32_t shared_bytes;
   Stream* stream;
+  // Return once the launch, and the stream's work before it, is done (a synchronous op call).
+  // On the CPU an idle stream's launch then runs on the calling thread, and on its OpenMP team
+  // where the process has one (torch's): KILN_CPU_OPENMP=0 keeps it on kiln's own threads.
+  bool wait = false;
 };
 
 // One launch argument with its C++ type, so that it can be checked against the spec.
