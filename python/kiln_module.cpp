@@ -303,11 +303,8 @@ class PyOp {
     if (stream) config.stream = stream;
     else if (any_cuda_tensor) config.stream = torch_current_stream();
     py::gil_scoped_release release;
-    m_op.launch_args(entry, config, converted.data(), converted.size());
-    if (sync) {
-      if (config.stream) config.stream->synchronize();
-      else m_ctx->synchronize();
-    }
+    m_op.launch_args(entry, config, converted.data(), converted.size());  // waits on its stream
+    if (sync && !config.stream) m_ctx->synchronize();  // and, as before, the device's other streams
   }
 
  private:

@@ -264,14 +264,21 @@ Result<bool> CpuStream::run_on_caller(kiln_cpu_entry_fn entry, const runtime::Ke
     KILN_RETURN_IF_ERROR(pack_launch(command, entry, sig, config, args, num_args));
     m_caller_running.store(true);
   }
+  // Released however execute() leaves (a helper thread that cannot be started throws): a flag
+  // left set would hold the stream's queue and every synchronize() for good.
+  struct Release {
+    CpuStream* s;
+    ~Release() {
+      {
+        std::lock_guard lock(s->m_mutex);
+        s->m_caller_running.store(false);
+      }
+      s->m_caller_done.notify_all();
+    }
+  } release{this};
   void* params[k_max_params];
   for (size_t i = 0; i < command.num_params; ++i) params[i] = command.arg_bytes.data() + command.offsets[i];
   execute(command, params, /*waiting_caller=*/true);
-  {
-    std::lock_guard lock(m_mutex);
-    m_caller_running.store(false);
-  }
-  m_caller_done.notify_all();
   return true;
 }
 

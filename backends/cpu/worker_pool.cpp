@@ -66,7 +66,8 @@ namespace {
 // libiomp5, which both export libgomp's entry points too.
 struct OpenMpRuntime {
   void (*parallel)(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) = nullptr;
-  int (*in_parallel)() = nullptr;
+  int (*level)() = nullptr;        // omp_get_level: > 0 inside any parallel region, active or not
+  int (*max_threads)() = nullptr;  // omp_get_max_threads: the team the caller's next region gets
 };
 
 unsigned long long loaded_object_count() {
@@ -97,13 +98,15 @@ const OpenMpRuntime* openmp_runtime() {
     void* handle = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
     if (!handle) continue;
     auto parallel = reinterpret_cast<decltype(found.parallel)>(dlsym(handle, "GOMP_parallel"));
-    auto in_parallel = reinterpret_cast<decltype(found.in_parallel)>(dlsym(handle, "omp_in_parallel"));
-    if (!parallel || !in_parallel) {
+    auto level = reinterpret_cast<decltype(found.level)>(dlsym(handle, "omp_get_level"));
+    auto max_threads = reinterpret_cast<decltype(found.max_threads)>(dlsym(handle, "omp_get_max_threads"));
+    if (!parallel || !level || !max_threads) {
       dlclose(handle);
       continue;
     }
     found.parallel = parallel;
-    found.in_parallel = in_parallel;
+    found.level = level;
+    found.max_threads = max_threads;
     have.store(true, std::memory_order_release);
     return &found;
   }
@@ -113,8 +116,12 @@ const OpenMpRuntime* openmp_runtime() {
 
 bool WorkerPool::run_on_openmp_team(uint64_t count, Task task, void* context) {
   const OpenMpRuntime* omp = openmp_runtime();
-  if (!omp || omp->in_parallel()) return false;
-  unsigned workers = m_thread_count + 1;
+  if (!omp || omp->level() > 0) return false;
+  // The team's own size (torch.set_num_threads, OMP_NUM_THREADS), not kiln's: a team of another
+  // size makes libgomp end the threads it no longer needs and start them again at torch's next op.
+  int team = omp->max_threads();
+  if (team < 2) return false;
+  unsigned workers = static_cast<unsigned>(team);
   {
     std::unique_lock lock(m_mutex);
     begin_job(lock, count, task, context, workers);

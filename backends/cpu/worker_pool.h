@@ -42,8 +42,9 @@ class WorkerPool {
   void start_threads();
   // Sets up the job's fields for work(), once no helper is still inside the last job.
   void begin_job(std::unique_lock<std::mutex>& lock, uint64_t count, Task task, void* context, unsigned workers);
-  // Runs the job on the caller's OpenMP team; false (nothing run) when there is no runtime
-  // or the caller is already inside a parallel region (a nested team would be one thread).
+  // Runs the job on the caller's OpenMP team, at the team's size; false (nothing run) when there
+  // is no runtime, the team would be one thread, or the caller is already inside a parallel
+  // region (a nested team would be one thread).
   bool run_on_openmp_team(uint64_t count, Task task, void* context);
   void worker_main();
   // Claims chunks of indices until none are left; returns how many it ran.

@@ -29,12 +29,20 @@ std::vector<int> teams_of_a_launch(CpuAccelerator& acc, bool caller_waits) {
   return team;
 }
 
-TEST(CpuOpenMpTest, ALaunchWhoseCallerWaitsRunsOnTheCallersTeam) {
-  CpuAccelerator acc(CpuOptions{1, 1});  // two workers: the caller and one more
-  for (int t : teams_of_a_launch(acc, true)) EXPECT_EQ(t, 2);
+TEST(CpuOpenMpTest, ALaunchWhoseCallerWaitsRunsOnTheCallersTeamAtItsSize) {
+  // The team's size, not kiln's (3 workers here): torch.set_num_threads sets the caller's.
+  CpuAccelerator acc(CpuOptions{2, 1});
+  for (int size : {2, 3}) {
+    omp_set_num_threads(size);
+    for (int t : teams_of_a_launch(acc, true)) EXPECT_EQ(t, size);
+  }
+  omp_set_num_threads(1);  // a team of one is no team: kiln's own threads
+  for (int t : teams_of_a_launch(acc, true)) EXPECT_EQ(t, 0);
+  omp_set_num_threads(2);
 }
 
 TEST(CpuOpenMpTest, QueuedLaunchesAndTheSwitchedOffPoolKeepKilnsThreads) {
+  omp_set_num_threads(2);
   CpuAccelerator on(CpuOptions{1, 1}), off(CpuOptions{1, 0});
   for (int t : teams_of_a_launch(on, false)) EXPECT_EQ(t, 0) << "a queued launch runs on the stream's thread";
   for (int t : teams_of_a_launch(off, true)) EXPECT_EQ(t, 0) << "use_openmp = 0 (KILN_CPU_OPENMP=0)";
@@ -42,17 +50,20 @@ TEST(CpuOpenMpTest, QueuedLaunchesAndTheSwitchedOffPoolKeepKilnsThreads) {
 
 TEST(CpuOpenMpTest, ACallerInsideAParallelRegionFallsBackToKilnsThreadsAndRunsEveryBlockOnce) {
   // A nested team would be one thread: kiln's own pool runs it instead.
+  omp_set_num_threads(2);
   CpuAccelerator acc(CpuOptions{1, 1});
-  std::vector<int> team;
-#pragma omp parallel num_threads(2)
-  {
+  for (int outer : {2, 1}) {  // an active region, and an inactive one (a team of one)
+    std::vector<int> team;
+#pragma omp parallel num_threads(outer)
+    {
 #pragma omp master
-    team = teams_of_a_launch(acc, true);
+      team = teams_of_a_launch(acc, true);
+    }
+    ASSERT_EQ(team.size(), 64u);
+    // Blocks on the caller see the outer team (its size, or none when inactive), those on
+    // kiln's helper none; a nested team of the launch's own (1) would mean it went to OpenMP.
+    for (int t : team) EXPECT_TRUE(t == 0 || t == outer) << "outer team " << outer << ", block saw " << t;
   }
-  ASSERT_EQ(team.size(), 64u);
-  // Blocks on the caller see the outer team (2), those on kiln's helper none (0); a nested
-  // team of its own (1) would mean the launch went to OpenMP.
-  for (int t : team) EXPECT_TRUE(t == 0 || t == 2) << t;
 }
 
 }  // namespace

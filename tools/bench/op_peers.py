@@ -11,9 +11,10 @@ its own call leaves), timed with time.perf_counter, kiln's launch synchronous (a
 takes every core; kiln's CPU backend runs a launch's blocks on one worker per core.
 
 The peers, at the shapes of kiln_runtime_bench's BM_OpThroughput:
-  adamw (16 Mi and 256 Mi fp32 parameters): DeepSpeed's cpu_adam (built by its CPUAdamBuilder:
+  adamw (1 Mi, 16 Mi and 256 Mi fp32 parameters): DeepSpeed's cpu_adam (built by its CPUAdamBuilder:
     torch's cpp_extension, -O3 -march=native -fopenmp), adam_update on the same four tensors as
-    kiln; torch.optim.AdamW for-loop, foreach and fused at 16 Mi, the fastest of them at 256 Mi.
+    kiln; torch.optim.AdamW for-loop, foreach and fused at 16 Mi, the fastest of them at 256 Mi,
+    fused at 1 Mi.
   softmax_online / row_softmax (16384 x 4096): aten::_softmax.out (torch.softmax's kernel
     without its 256 MiB allocation).
   layer_norm (16384 x 4096, gamma and beta): aten::native_layer_norm.out (F.layer_norm's).
@@ -245,7 +246,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", required=True)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", help="comma-separated cases: adamw, adamw16 (16 Mi parameters only), softmax, layer_norm, gelu")
+    p.add_argument("--only", help="comma-separated cases: adamw, adamw16 (16 Mi parameters only), adamw1 (1 Mi only), "
+                   "softmax, layer_norm, gelu")
     a = p.parse_args()
     import torch
     import kiln
@@ -262,11 +264,17 @@ def main():
         rows.extend(measure(case, rounds, min_s))
         del keep
 
-    if "adamw" in only or "adamw16" in only:
+    if only & {"adamw", "adamw16", "adamw1"}:
         ds, ds_missing = deepspeed_cpu_adam()
         if not ds:
             notes.append(f"DeepSpeed's cpu_adam could not be loaded: {ds_missing}")
+    if only & {"adamw", "adamw16"}:
         run(adamw_case, kiln, 1 << 24, "16 Mi", ds, ds_missing, ["for-loop", "foreach", "fused"])
+    if only & {"adamw", "adamw1"}:
+        # A tensor of a model's (a 1024 x 1024 weight): a step of ~0.2 ms, where what a launch
+        # costs beyond its blocks shows (the hand-off to kiln's threads took it to 1.7-2.3x
+        # DeepSpeed's; docs/history/2026-12-04-cpu-adamw-openmp.md).
+        run(adamw_case, kiln, 1 << 20, "1 Mi", ds, ds_missing, ["fused"])
     if "adamw" in only:
         torch16 = [r for r in rows if r["case"] == "adamw" and r["side"].startswith("torch")]
         best = min(torch16, key=lambda r: r["median_ms"])["side"].split()[-1]
