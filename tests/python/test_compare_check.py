@@ -76,12 +76,12 @@ def test_every_ci_section_has_a_floor_in_its_code():
     from kiln_compare import cli
     from kiln_compare.sections import hit, micro, runtime, warm
     assert cli.CI_SECTIONS == ["hit", "warm", "micro", "runtime"]
-    for floor in (hit.HIT_FLOOR, warm.WARM_SM90_FLOOR, runtime.ADAMW_FLOOR, runtime.ADAMW_1M_FLOOR):
+    for floor in (hit.HIT_FLOOR, warm.WARM_SM90_FLOOR, runtime.ADAMW_FLOOR):
         assert floor.min_ratio and "docs/history/" in floor.source
     assert micro.CEILINGS_MS and "docs/history/" in micro.CEILING_SOURCE
     for module in (hit, warm, micro, runtime):
         assert module.FLOORED
-    for source in (hit.HIT_FLOOR.source, micro.CEILING_SOURCE, runtime.ADAMW_1M_FLOOR.source):  # the page the floors name exists
+    for source in (hit.HIT_FLOOR.source, micro.CEILING_SOURCE):  # the page the floors name exists
         page = source[source.index("docs/history/"):].rstrip('")')
         assert os.path.exists(os.path.join(ROOT, page)), page
 

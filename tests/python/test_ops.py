@@ -63,6 +63,31 @@ def test_adamw_two_groups_with_other_betas_at_the_same_step_each_match_torch():
         assert torch.allclose(param, ref.detach(), rtol=1e-5, atol=1e-6), betas
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: kiln's CPU pool has no helper threads to start")
+def test_a_cpu_op_called_from_torch_runs_on_torchs_openmp_threads_not_new_ones():
+    # A synchronous call on the CPU runs on the caller's OpenMP team (torch's, spinning after
+    # its last op) rather than waking threads of kiln's own that would share the cores with it
+    # (docs/history/2026-12-04-cpu-adamw-openmp.md). Seen from outside: no thread is started.
+    pytest.importorskip("torch")
+    code = """
+        import os, sys, torch, kiln
+        torch.set_num_threads(2)
+        x = torch.randn(1 << 18)
+        torch.add(x, x)                      # torch's team of 2 exists
+        n, block = 1 << 16, 4096
+        p, g, m, v = torch.randn(n), torch.randn(n), torch.zeros(n), torch.zeros(n)
+        adamw = kiln.op("adamw")
+        adamw(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, n, grid=1, block=block)  # loads it; one block runs on the caller
+        before = set(os.listdir("/proc/self/task"))
+        for step in range(2, 6):
+            adamw(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.0, step, n, grid=n // block, block=block)
+        print(len(set(os.listdir("/proc/self/task")) - before))
+    """
+    assert run_python(code).stdout.split()[-1] == "0"
+    # KILN_CPU_OPENMP=0 keeps kiln's own threads: the check above would see them start.
+    assert int(run_python(code, env={"KILN_CPU_OPENMP": "0"}).stdout.split()[-1]) >= 1
+
+
 def test_gelu_on_torch_tensors_matches_torch():
     torch = pytest.importorskip("torch")
     x = torch.randn(3, 4096)

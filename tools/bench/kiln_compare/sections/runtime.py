@@ -24,19 +24,11 @@ ADAMW_FLOOR = Floor(min_ratio=1 / 1.15, source=(
     "3 runs on an Intel Xeon VM, 0.81-1.02 in 5 runs on an AMD EPYC VM; docs/history/2026-12-04-9945305-compare-ci-floors.md"))
 
 
-# The same at 1 Mi (a 1024 x 1024 weight, a step of ~0.2 ms), where what a launch costs beyond
-# its blocks shows: a synchronous call handed to kiln's own threads took 1.7-2.3x DeepSpeed's
-# time on a 2-core AMD EPYC VM; on the caller's OpenMP team, 0.9-1.0x. The floor trips at 1.5x.
-ADAMW_1M_FLOOR = Floor(min_ratio=1 / 1.5, source=(
-    "tools/bench/compare --ci, 2 cores, quiet, 2026-12-04: kiln's time over DeepSpeed's in the same round, AMD EPYC VM; "
-    "docs/history/2026-12-04-cpu-adamw-openmp.md"))
-
-
 def section(a, work):
     """Op throughput next to a threaded STREAM triad (kiln_runtime_bench), then kiln's ops next
     to torch's and DeepSpeed's in one process (op_peers.py under the venv); launch overhead."""
-    if getattr(a, "ci", False):  # --ci: only the floored rows, CPU AdamW at 16 Mi and 1 Mi next to DeepSpeed's
-        op_peer_rows(a, work, only="adamw16,adamw1")
+    if getattr(a, "ci", False):  # --ci: only the floored rows, CPU AdamW at 16 Mi next to DeepSpeed's
+        op_peer_rows(a, work, only="adamw16")
         return
     started, load_before = time.monotonic(), os.getloadavg()
     head = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
@@ -109,12 +101,10 @@ def op_peer_rows(a, work, only=None):
             row.update({"kiln_GBps": kiln["GBps"], "peer_GBps": peer["GBps"], "case": case, "shape": shape, "peer_side": peer["side"],
                         "paired_ratio": pr})
             text = "at least DeepSpeed's CPU Adam" if peer["side"] == "deepspeed" else f"no slower than {peer['side']}"
-            floor = {"16 Mi": ADAMW_FLOOR, "1 Mi": ADAMW_1M_FLOOR}.get(shape) if peer["side"] == "deepspeed" else None
-            goal(row, text, kiln["median_ms"] <= peer["median_ms"], floor=floor)
-    wanted = set((only or "adamw").split(","))
-    for shape, floor, names in (("16 Mi", ADAMW_FLOOR, {"adamw", "adamw16"}), ("1 Mi", ADAMW_1M_FLOOR, {"adamw", "adamw1"})):
-        if wanted & names and not any(x["side"] == "deepspeed" for x in by_case.get(("adamw", shape), [])):
-            # DeepSpeed did not run: the floored row, with no figure, says why (compare --check fails).
-            why = next((n for n in data["notes"] if "DeepSpeed" in n), None) or "op_peers.py measured no DeepSpeed side"
-            floor.on(add("runtime", f"adamw {shape}, one process: kiln vs deepspeed", None, "",
-                         missing=f"DeepSpeed's cpu_adam did not run: {why}"))
+            floored = peer["side"] == "deepspeed" and shape == "16 Mi"
+            goal(row, text, kiln["median_ms"] <= peer["median_ms"], floor=ADAMW_FLOOR if floored else None)
+    adamw16 = by_case.get(("adamw", "16 Mi"), [])
+    if only in (None, "adamw", "adamw16") and not any(x["side"] == "deepspeed" for x in adamw16):
+        # DeepSpeed did not run: the floored row, with no figure, says why (compare --check fails).
+        why = next((n for n in data["notes"] if "DeepSpeed" in n), None) or "op_peers.py measured no DeepSpeed side"
+        ADAMW_FLOOR.on(add("runtime", "adamw 16 Mi, one process: kiln vs deepspeed", None, "", missing=f"DeepSpeed's cpu_adam did not run: {why}"))
