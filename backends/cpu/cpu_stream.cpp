@@ -137,8 +137,7 @@ void CpuStream::serve() {
     }
     Command& c = m_ring[head % k_ring_size];
     void* params[k_max_params];
-    if (c.op == Op::kLaunch)
-      for (size_t i = 0; i < c.num_params; ++i) params[i] = c.arg_bytes.data() + c.offsets[i];
+    resolve_params(c, params);
     m_executing = head;
     execute(c, params);  // the slot stays reserved until m_head moves
     m_finished.store(head + 1);
@@ -205,6 +204,11 @@ void CpuStream::execute(const Command& c, void* const* params, bool waiting_call
     case Op::kWait: c.event->wait_for(c.ticket); break;
     case Op::kGraph: c.graph->replay(*this, c); break;
   }
+}
+
+void CpuStream::resolve_params(Command& c, void** params) {
+  if (c.op == Op::kLaunch)
+    for (size_t i = 0; i < c.num_params; ++i) params[i] = c.arg_bytes.data() + c.offsets[i];
 }
 
 Status CpuStream::pack_launch(Command& c, kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig,
@@ -277,7 +281,7 @@ Result<bool> CpuStream::run_on_caller(kiln_cpu_entry_fn entry, const runtime::Ke
     }
   } release{this};
   void* params[k_max_params];
-  for (size_t i = 0; i < command.num_params; ++i) params[i] = command.arg_bytes.data() + command.offsets[i];
+  resolve_params(command, params);
   execute(command, params, /*waiting_caller=*/true);
   return true;
 }
@@ -406,8 +410,7 @@ Status CpuStream::launch_graph(CpuGraph& graph) {
 CpuGraph::CpuGraph(std::vector<CpuStream::Command> nodes) : m_nodes(std::move(nodes)), m_params(m_nodes.size()) {
   // Resolve each launch's parameter pointers once; replays only call.
   for (size_t n = 0; n < m_nodes.size(); ++n) {
-    for (size_t i = 0; i < m_nodes[n].num_params && m_nodes[n].op == CpuStream::Op::kLaunch; ++i)
-      m_params[n][i] = m_nodes[n].arg_bytes.data() + m_nodes[n].offsets[i];
+    CpuStream::resolve_params(m_nodes[n], m_params[n].data());
     if (m_nodes[n].op == CpuStream::Op::kRecord || m_nodes[n].op == CpuStream::Op::kWait) m_event_nodes.push_back(n);
   }
 }

@@ -121,6 +121,9 @@ class CpuStream final : public runtime::Stream {
   // Runs one command on the calling thread; `params` (launches only) holds k_max_params slots.
   // `waiting_caller`: that thread is the launch's caller, waiting for it (run_on_caller).
   void execute(const Command& c, void* const* resolved_params, bool waiting_caller = false);
+  // A launch's parameter pointers into its argument bytes (k_max_params slots); nothing for
+  // other commands.
+  static void resolve_params(Command& c, void** params);
   // Fills a launch command's argument bytes; errors leave `c` unusable.
   static Status pack_launch(Command& c, kiln_cpu_entry_fn entry, const runtime::KernelSignature& sig,
                             const runtime::LaunchConfig& config, const void* const* args, size_t num_args);
