@@ -49,9 +49,13 @@ void WorkerPool::worker_main() {
   }
 }
 
+void WorkerPool::wait_for_helpers(std::unique_lock<std::mutex>& lock) {
+  m_done.wait(lock, [&] { return m_active == 0; });
+}
+
 void WorkerPool::begin_job(std::unique_lock<std::mutex>& lock, uint64_t count, Task task, void* context, unsigned workers) {
   // A helper that woke late for the previous job may still be reading its fields.
-  m_done.wait(lock, [&] { return m_active == 0; });
+  wait_for_helpers(lock);
   m_task = task;
   m_context = context;
   m_count = count;
@@ -130,7 +134,7 @@ bool WorkerPool::run_on_openmp_team(uint64_t count, Task task, void* context) {
   omp->parallel([](void* self) { static_cast<WorkerPool*>(self)->work(); }, this, workers, 0);
   // A helper of kiln's own that woke late for an earlier job may have joined this one.
   std::unique_lock lock(m_mutex);
-  m_done.wait(lock, [&] { return m_active == 0; });
+  wait_for_helpers(lock);
   return true;
 }
 
@@ -153,7 +157,7 @@ void WorkerPool::run(uint64_t count, Task task, void* context, bool waiting_call
   work();
   // Every helper that joined this job must leave it before the job's fields change.
   std::unique_lock lock(m_mutex);
-  m_done.wait(lock, [&] { return m_active == 0; });
+  wait_for_helpers(lock);
 }
 
 }  // namespace kiln::backends::cpu

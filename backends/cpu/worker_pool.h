@@ -40,6 +40,9 @@ class WorkerPool {
 
  private:
   void start_threads();
+  // Until no helper is inside a job (m_active == 0): only then may the job's fields, and the
+  // context its tasks point into, change. Under m_mutex.
+  void wait_for_helpers(std::unique_lock<std::mutex>& lock);
   // Sets up the job's fields for work(), once no helper is still inside the last job.
   void begin_job(std::unique_lock<std::mutex>& lock, uint64_t count, Task task, void* context, unsigned workers);
   // Runs the job on the caller's OpenMP team, at the team's size; false (nothing run) when there
